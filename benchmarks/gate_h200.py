@@ -1,0 +1,222 @@
+"""Prove the gate on a GPU: experts and naive kernels, the cheating gallery, the fault kernels, and
+the gate's own numbers (compile time, evaluation wall time, spread across fresh workers, agreement
+with independent timers). Writes everything under --out; run on the GPU machine:
+
+    python benchmarks/gate_h200.py --out $OUT
+
+The JSON it writes is committed under benchmarks/results/ with the records (evaluations.jsonl)
+that `klineage gate --replay` replays on a machine without a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from klineage.gate.compile import compile_kernel  # noqa: E402
+from klineage.gate.gate import Gate, GateConfig  # noqa: E402
+from klineage.gate.pool import GateWorker  # noqa: E402
+from klineage.store import open_store  # noqa: E402
+from klineage.workload import load_workload  # noqa: E402
+
+HEADER = re.compile(r"^//\s*(pitfall|fault|expect|dynamic|why):\s*(.+)$", re.M)
+
+
+def header(path: Path) -> dict:
+    return {k: v.strip() for k, v in HEADER.findall(path.read_text())}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def summary(res) -> dict:
+    out = {"status": res.status.value, "error_kind": res.error_kind, "error_message": res.error_message,
+           "wall_s": res.wall_s, "source": res.source}
+    if res.timing:
+        out["timing"] = [{k: t[k] for k in ("shape", "latency_us", "vendor_latency_us", "speedup_vs_vendor",
+                                            "spread", "achieved_bytes_per_s", "bandwidth_fraction",
+                                            "copy_bandwidth_bytes_per_s", "floor_us", "trial_medians_us")}
+                         for t in res.timing]
+    if res.activity:
+        out["activity_kernel_time_us"] = res.activity.get("kernel_time_us")
+        out["activity_kernels"] = [k["name"][:80] for k in res.activity.get("kernels", [])][:4]
+    return out
+
+
+def independent_timers(so_path: str, workload, shape: dict) -> dict:
+    """Time one call with triton's do_bench and with CUPTI kernel durations (torch.profiler)."""
+    import torch
+    import triton.testing
+    from klineage.gate.worker import Candidate, _alloc_outputs
+    cand = Candidate(so_path, workload)
+    inputs = workload.make_inputs(shape, 7, device="cuda")
+    outs = _alloc_outputs(workload, shape)
+    scal = workload.scalars(shape)
+    stream = torch.cuda.current_stream()
+    fn = lambda: cand.call({**inputs, **outs}, scal, stream)
+    do_bench_us = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+    flush = torch.empty(256 * 2**20 // 4, device="cuda")
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(30):
+            flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    fd, tp = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    prof.export_chrome_trace(tp)
+    trace = json.load(open(tp))
+    os.unlink(tp)
+    # Per call: sum of the candidate's kernels between two flush kernels.
+    calls, cur = [], None
+    for e in sorted((e for e in trace["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"]):
+        if "FillFunctor" in e["name"] or "zero" in e["name"].lower():
+            if cur is not None:
+                calls.append(cur)
+            cur = 0.0
+        elif cur is not None:
+            cur += float(e["dur"])
+    if cur:
+        calls.append(cur)
+    cupti_us = statistics.median(calls[5:]) if len(calls) > 6 else None
+    return {"do_bench_median_us": do_bench_us, "cupti_kernel_median_us": cupti_us, "cupti_calls": len(calls)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true", help="fewer gallery entries (smoke test)")
+    ns = ap.parse_args()
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("KLINEAGE_BUILD_CACHE", tempfile.mkdtemp(prefix="kl-builds-"))
+    report: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    store = open_store(out / "gate.duckdb")
+    wl = {n: load_workload(ROOT / "expert_kernels" / n) for n in ("row_sum", "swiglu")}
+
+    # 1. compile time per candidate, cold cache, one at a time
+    sources = sorted((ROOT / "expert_kernels").glob("*/*.cu")) + sorted((ROOT / "tests" / "gallery").glob("*.cu"))
+    ctimes = []
+    for p in sources:
+        r = compile_kernel(p.read_text())
+        ctimes.append({"kernel": str(p.relative_to(ROOT)), "seconds": r.seconds, "ok": r.ok, "cached": r.cached})
+    report["compile"] = {"per_candidate": ctimes,
+                         "median_s": statistics.median(c["seconds"] for c in ctimes if not c["cached"])}
+    log(f"compile median {report['compile']['median_s']:.2f} s over {len(ctimes)} sources")
+
+    worker = GateWorker()
+    report["environment"] = worker.start()
+    gate = Gate(store, GateConfig(), worker=worker)
+
+    # 2. experts and naive kernels, every shape
+    report["kernels"] = {}
+    for name, w in wl.items():
+        for variant in ("expert", "naive"):
+            path = ROOT / "expert_kernels" / name / f"{variant}.cu"
+            try:
+                res = gate.evaluate_file(path, w, remeasure=True)
+                report["kernels"][f"{name}/{variant}"] = summary(res)
+                log(f"{name}/{variant}: {res.status.value} {res.error_message or ''}")
+                if res.timing:
+                    for t in res.timing:
+                        log(f"   {t['shape']}: {t['latency_us']:.1f} us, {t['bandwidth_fraction']*100:.1f}% copy bw, "
+                            f"{t['speedup_vs_vendor']:.3f}x vendor")
+            except Exception:
+                report["kernels"][f"{name}/{variant}"] = {"harness_error": traceback.format_exc()}
+                log(traceback.format_exc())
+    json.dump(report, open(out / "gate_bench.json", "w"), indent=1, default=str)
+
+    # 3. gallery: guard on (the gate as shipped) and guard off (the dynamic defenses alone)
+    gallery = sorted((ROOT / "tests" / "gallery").glob("*.cu"))
+    if ns.quick:
+        gallery = gallery[:3]
+    report["gallery"] = []
+    dyn_gate = Gate(store, GateConfig(guard=False, stall_s=30), worker=worker)
+    for p in gallery:
+        h = header(p)
+        entry = {"kernel": p.name, **h}
+        for label, g in (("guarded", gate), ("unguarded", dyn_gate)):
+            try:
+                res = g.evaluate_file(p, wl["row_sum"], remeasure=True)
+                entry[label] = {"status": res.status.value, "error_kind": res.error_kind,
+                                "error_message": (res.error_message or "")[:400]}
+            except Exception:
+                entry[label] = {"harness_error": traceback.format_exc()[-800:]}
+        log(f"gallery {p.name}: guarded {entry['guarded'].get('status')} unguarded {entry['unguarded'].get('status')}"
+            f" ({entry['unguarded'].get('error_kind')})")
+        report["gallery"].append(entry)
+    json.dump(report, open(out / "gate_bench.json", "w"), indent=1, default=str)
+
+    # 4. faults: each a record, the worker replaced, the run going on
+    report["faults"] = []
+    fault_gate = Gate(store, GateConfig(stall_s=25, shapes="benchmark"), worker=worker)
+    for p in sorted((ROOT / "tests" / "faults").glob("*.cu")):
+        h = header(p)
+        starts = worker.starts
+        try:
+            res = fault_gate.evaluate_file(p, wl["row_sum"], remeasure=True)
+            entry = {"kernel": p.name, **h, "status": res.status.value, "error_kind": res.error_kind,
+                     "error_message": (res.error_message or "")[:400], "wall_s": res.wall_s}
+        except Exception:
+            entry = {"kernel": p.name, **h, "harness_error": traceback.format_exc()[-800:]}
+        entry["worker_restarted_before_next"] = not worker.alive()
+        report["faults"].append(entry)
+        log(f"fault {p.name}: {entry.get('status')} {entry.get('error_kind')}")
+    # the run goes on: a good kernel still passes after the faults
+    res = gate.evaluate_file(ROOT / "expert_kernels" / "row_sum" / "expert.cu", wl["row_sum"], remeasure=True)
+    report["after_faults"] = {"status": res.status.value, "worker_starts": worker.starts}
+    json.dump(report, open(out / "gate_bench.json", "w"), indent=1, default=str)
+
+    # 5. spread of one kernel in 5 fresh workers, and agreement with independent timers
+    spread = {}
+    for name in ("row_sum", "swiglu"):
+        path = ROOT / "expert_kernels" / name / "expert.cu"
+        lat = []
+        for i in range(5):
+            w5 = GateWorker()
+            w5.start()
+            g5 = Gate(None, GateConfig(shapes="benchmark"), worker=w5)
+            r5 = g5.evaluate_file(path, wl[name])
+            w5.close()
+            lat.append(r5.timing[0]["latency_us"] if r5.timing else None)
+        good = [x for x in lat if x]
+        spread[name] = {"shape": wl[name].benchmark_cases[0], "latencies_us": lat,
+                        "spread": (max(good) - min(good)) / statistics.median(good) if good else None}
+        log(f"spread {name}: {lat}")
+        so = compile_kernel(path.read_text()).so_path
+        ind = independent_timers(so, wl[name], wl[name].benchmark_cases[0])
+        gate_lat = statistics.median(good)
+        ind["gate_latency_us"] = gate_lat
+        ind["do_bench_ratio"] = gate_lat / ind["do_bench_median_us"]
+        ind["cupti_ratio"] = gate_lat / ind["cupti_kernel_median_us"] if ind["cupti_kernel_median_us"] else None
+        spread[name]["independent"] = ind
+        log(f"independent {name}: {ind}")
+    report["spread_and_agreement"] = spread
+    evals = [v.get("wall_s") for v in report["kernels"].values() if v.get("wall_s")]
+    report["evaluation_wall_s_median"] = statistics.median(evals) if evals else None
+    report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    worker.close()
+    n = store.export_evaluations(out / "evaluations.jsonl")
+    store.close()
+    (out / "gate.duckdb").unlink(missing_ok=True)
+    report["evaluations_exported"] = n
+    json.dump(report, open(out / "gate_bench.json", "w"), indent=1, default=str)
+    log("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

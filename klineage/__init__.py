@@ -1,0 +1,3 @@
+"""KLineage: verified GPU-optimization skills mined from expert CUDA kernel lineages."""
+
+__version__ = "0.1.0"

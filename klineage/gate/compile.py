@@ -1,0 +1,198 @@
+"""Compile a kernel source with nvcc into a shared object, keeping the ptxas resource report.
+
+Builds are cached by the content hash of (source, flags, nvcc version, arch), so an identical
+request never runs nvcc twice; `compile_many` runs nvcc jobs in parallel on a thread pool (nvcc is
+a subprocess, so threads suffice) and is the only compile path, off the GPU.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from klineage import settings
+
+DEFAULT_ARCH = "sm_90a"
+BASE_FLAGS = ("-O3", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-lineinfo")
+COMPILE_TIMEOUT_S = 120.0
+
+
+@dataclass
+class KernelResources:
+    name: str
+    registers: int = 0
+    shared_bytes: int = 0
+    stack_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    barriers: int = 0
+
+
+@dataclass
+class CompileResult:
+    ok: bool
+    build_key: str
+    arch: str
+    flags: list[str]
+    nvcc_version: str
+    log: str
+    so_path: str | None = None
+    seconds: float = 0.0
+    cached: bool = False
+    resources: list[KernelResources] = field(default_factory=list)
+    error_kind: str | None = None  # "nvcc_error" | "timeout" | "no_nvcc"
+    error_message: str | None = None
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["resources"] = [dict(r.__dict__) for r in self.resources]
+        return d
+
+    @property
+    def spills(self) -> bool:
+        return any(r.spill_load_bytes or r.spill_store_bytes for r in self.resources)
+
+
+@lru_cache(maxsize=None)
+def nvcc_version(nvcc: str = "nvcc") -> str:
+    """The nvcc release line ('13.0, V13.0.88'), or '' when nvcc is not on PATH."""
+    exe = shutil.which(nvcc)
+    if exe is None:
+        return ""
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    m = re.search(r"release ([\d.]+, V[\d.]+)", out)
+    return m.group(1) if m else out.strip().splitlines()[-1]
+
+
+def arch_flags(arch: str) -> list[str]:
+    """nvcc target flags: the explicit -gencode form, which assembles wgmma for sm_90a."""
+    num = arch.removeprefix("sm_")
+    return [f"-gencode=arch=compute_{num},code=sm_{num}"]
+
+
+def build_key(source: str, flags: list[str], arch: str, version: str) -> str:
+    h = hashlib.sha256()
+    for part in (source, "\0".join(flags), arch, version):
+        h.update(part.encode())
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+_FN_RE = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+_STACK_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED_RE = re.compile(r"Used (\d+) registers")
+_SMEM_RE = re.compile(r"(\d+) bytes smem")
+_BAR_RE = re.compile(r"used (\d+) barriers")
+
+
+def parse_ptxas(log: str) -> list[KernelResources]:
+    """Per-kernel registers, shared memory, stack and spills from a ptxas -v report."""
+    kernels: list[KernelResources] = []
+    cur: KernelResources | None = None
+    for line in log.splitlines():
+        if m := _FN_RE.search(line):
+            cur = KernelResources(name=m.group(1))
+            kernels.append(cur)
+            continue
+        if cur is None:
+            continue
+        if m := _STACK_RE.search(line):
+            cur.stack_bytes, cur.spill_store_bytes, cur.spill_load_bytes = map(int, m.groups())
+        if m := _USED_RE.search(line):
+            cur.registers = int(m.group(1))
+            if s := _SMEM_RE.search(line):
+                cur.shared_bytes = int(s.group(1))
+            if b := _BAR_RE.search(line):
+                cur.barriers = int(b.group(1))
+    return kernels
+
+
+def compile_kernel(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, ...] = (),
+                   cache_dir: Path | None = None, timeout_s: float = COMPILE_TIMEOUT_S) -> CompileResult:
+    """Build `source` into a cached shared object. Never raises for a bad kernel: a failed or
+    hung nvcc comes back as a CompileResult with ok=False and the log."""
+    flags = list(BASE_FLAGS) + arch_flags(arch) + list(extra_flags)
+    version = nvcc_version()
+    key = build_key(source, flags, arch, version)
+    if not version:
+        return CompileResult(False, key, arch, flags, "", "", error_kind="no_nvcc",
+                             error_message="nvcc not found on PATH: install the CUDA toolkit (nvcc 13) or add it to PATH")
+    root = Path(cache_dir or settings.build_cache_dir())
+    out_dir = root / key[:2] / key
+    meta_path = out_dir / "build.json"
+    if meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text())
+            res = _from_meta(meta, out_dir)
+            if res.so_path is None or Path(res.so_path).is_file():
+                res.cached = True
+                return res
+        except (ValueError, KeyError, TypeError):
+            pass  # a damaged cache entry is rebuilt
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="build-", dir=root))
+    src = tmp / "kernel.cu"
+    src.write_text(source)
+    so = tmp / "kernel.so"
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(["nvcc", *flags, "-o", str(so), str(src)], capture_output=True, text=True,
+                              timeout=timeout_s, cwd=tmp, start_new_session=True)
+    except subprocess.TimeoutExpired as exc:
+        log = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        shutil.rmtree(tmp, ignore_errors=True)
+        return CompileResult(False, key, arch, flags, version, log, seconds=time.perf_counter() - t0,
+                             error_kind="timeout",
+                             error_message=f"nvcc ran past {timeout_s:.0f} s and was killed")
+    seconds = time.perf_counter() - t0
+    log = (proc.stdout + proc.stderr).replace(str(tmp) + "/", "")
+    ok = proc.returncode == 0 and so.is_file()
+    res = CompileResult(ok, key, arch, flags, version, log, seconds=seconds, resources=parse_ptxas(log))
+    if not ok:
+        res.error_kind = "nvcc_error"
+        res.error_message = _first_error(log) or f"nvcc exited with {proc.returncode}"
+    # Publish atomically: a concurrent identical build loses the rename and keeps the winner.
+    meta = res.to_dict()
+    meta["so_path"] = "kernel.so" if ok else None
+    (tmp / "build.json").write_text(json.dumps(meta, indent=1))
+    src.unlink(missing_ok=True)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(tmp, out_dir)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    res.so_path = str(out_dir / "kernel.so") if ok else None
+    return res
+
+
+def _from_meta(meta: dict, out_dir: Path) -> CompileResult:
+    resources = [KernelResources(**r) for r in meta.pop("resources")]
+    so_name = meta.pop("so_path")
+    meta.pop("cached", None)
+    res = CompileResult(**meta, resources=resources)
+    res.so_path = str(out_dir / so_name) if so_name else None
+    return res
+
+
+def _first_error(log: str) -> str | None:
+    for line in log.splitlines():
+        if "error" in line.lower():
+            return line.strip()[:500]
+    return None
+
+
+def compile_many(sources: list[str], arch: str = DEFAULT_ARCH, extra_flags: tuple[str, ...] = (),
+                 jobs: int | None = None, cache_dir: Path | None = None) -> list[CompileResult]:
+    """Compile several sources in parallel (one nvcc per job), results in input order."""
+    jobs = jobs or max(1, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(lambda s: compile_kernel(s, arch, extra_flags, cache_dir), sources))

@@ -1,0 +1,197 @@
+"""The gate: guard -> compile -> (live worker | recorded replay) -> a typed, stored result.
+
+Every path returns a GateResult; a bad kernel is a recorded status, never an exception. Evaluations
+are content-addressed: the request (kernel hash, workload hash, shapes, seeds, timing settings,
+arch, nvcc version, gate version) plus the GPU name give the key, so re-running an identical
+request reuses the stored record unless `remeasure` is set, and `replay` finds a recorded
+measurement of the same request on any GPU.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from klineage.errors import NoDeviceError, ReplayMissingError
+from klineage.gate.compile import DEFAULT_ARCH, CompileResult, compile_kernel
+from klineage.gate.guard import check_source
+from klineage.workload import Workload
+
+GATE_VERSION = "1"
+DEFAULT_SEEDS = (1, 2, 3)
+DEFAULT_TIMING = {"warmup": 10, "reps": 50, "trials": 3, "floor_factor": 0.9}
+
+
+class Status(str, enum.Enum):
+    COMPILE_ERROR = "COMPILE_ERROR"
+    GUARD_REJECTED = "GUARD_REJECTED"
+    RUNTIME_ERROR = "RUNTIME_ERROR"
+    TIMEOUT = "TIMEOUT"
+    INCORRECT = "INCORRECT"
+    PASSED = "PASSED"
+
+
+@dataclass
+class GateResult:
+    status: Status
+    kernel_hash: str
+    workload: str
+    eval_key: str
+    source: str  # "live" | "stored" | "replayed" | "static"
+    guard: dict
+    compile: dict | None = None
+    correctness: list = field(default_factory=list)
+    activity: dict | None = None
+    timing: list = field(default_factory=list)  # only when PASSED
+    env: dict | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
+    wall_s: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASSED
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["status"] = self.status.value
+        return d
+
+    @classmethod
+    def from_record(cls, rec: dict, source: str) -> "GateResult":
+        r = rec["result"]
+        return cls(status=Status(rec["status"]), kernel_hash=rec["kernel_hash"], workload=rec["workload_name"],
+                   eval_key=rec["eval_key"], source=source, guard=r.get("guard", {}), compile=r.get("compile"),
+                   correctness=r.get("correctness", []), activity=r.get("activity"), timing=r.get("timing", []),
+                   env=rec.get("env") or None, error_kind=r.get("error_kind"),
+                   error_message=r.get("error_message"), wall_s=r.get("wall_s"))
+
+
+def kernel_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class GateConfig:
+    arch: str = DEFAULT_ARCH
+    extra_flags: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    timing: dict = field(default_factory=lambda: dict(DEFAULT_TIMING))
+    shapes: str = "all"  # "all" (benchmark + probes) | "benchmark"
+    guard: bool = True  # False only for gallery experiments that test the dynamic defenses
+    stall_s: float = 60.0
+    total_s: float = 900.0
+
+
+class Gate:
+    """Evaluate kernels for workloads. `store` is a klineage.store Store (or None: nothing kept);
+    `worker` a klineage.gate.pool.GateWorker started on first live use."""
+
+    def __init__(self, store=None, config: GateConfig | None = None, worker=None):
+        self.store = store
+        self.config = config or GateConfig()
+        self._worker = worker
+
+    def request(self, source: str, workload: Workload, compiled: CompileResult | None = None) -> dict:
+        cfg = self.config
+        shapes = [{"kind": k, "shape": s} for k, s in workload.all_shapes()
+                  if cfg.shapes == "all" or k == "benchmark"]
+        return {
+            "gate_version": GATE_VERSION,
+            "kernel_hash": kernel_hash(source),
+            "workload_hash": workload.content_hash,
+            "shapes": shapes,
+            "seeds": list(cfg.seeds),
+            "timing": dict(cfg.timing),
+            "arch": cfg.arch,
+            "flags": list(cfg.extra_flags),
+            "nvcc": compiled.nvcc_version if compiled else None,
+            "guard": cfg.guard,
+        }
+
+    def _store_result(self, res: GateResult, request: dict, source: str, origin: str | None,
+                      workload: Workload, replace: bool = False) -> None:
+        if self.store is None:
+            return
+        self.store.put_kernel(res.kernel_hash, source, origin)
+        self.store.put_workload(workload.content_hash, workload.name, workload.describe())
+        result = {k: v for k, v in res.to_dict().items()
+                  if k not in ("status", "kernel_hash", "workload", "eval_key", "source", "env")}
+        self.store.put_evaluation({
+            "eval_key": res.eval_key, "kernel_hash": res.kernel_hash, "workload_hash": workload.content_hash,
+            "workload_name": workload.name, "request": request, "status": res.status.value, "result": result,
+            "env": res.env or {}, "gpu": (res.env or {}).get("gpu"),
+            "toolchain": {"nvcc": request.get("nvcc"), "arch": request.get("arch"),
+                          "torch": (res.env or {}).get("torch"), "driver": (res.env or {}).get("driver")},
+        }, replace=replace)
+
+    def evaluate(self, source: str, workload: Workload, origin: str | None = None, replay: bool = False,
+                 remeasure: bool = False) -> GateResult:
+        """Guard, compile and evaluate one kernel source. Raises NoDeviceError only when a live
+        evaluation is needed and no GPU exists, ReplayMissingError when replay finds no record."""
+        khash = kernel_hash(source)
+        guard = check_source(source, workload)
+        if self.config.guard and not guard.ok:
+            req = self.request(source, workload)
+            res = GateResult(Status.GUARD_REJECTED, khash, workload.name, _digest(req), "static", guard.to_dict(),
+                             error_kind="static_guard", error_message=guard.summary)
+            self._store_result(res, req, source, origin, workload)
+            return res
+        compiled = compile_kernel(source, self.config.arch, self.config.extra_flags)
+        req = self.request(source, workload, compiled)
+        if not compiled.ok:
+            res = GateResult(Status.COMPILE_ERROR, khash, workload.name, _digest(req), "static", guard.to_dict(),
+                             compile=compiled.to_dict(), error_kind=compiled.error_kind,
+                             error_message=compiled.error_message)
+            self._store_result(res, req, source, origin, workload)
+            return res
+        if self.store is not None and not remeasure:
+            # A replay accepts a record made with another nvcc build (the record says which).
+            match = {k: v for k, v in req.items() if not (replay and k == "nvcc")}
+            found = self.store.find_evaluations(kernel_hash=khash, workload_hash=workload.content_hash,
+                                                request_match=match)
+            if found:
+                return GateResult.from_record(found[0], "replayed" if replay else "stored")
+        if replay:
+            raise ReplayMissingError(
+                f"no recorded evaluation of kernel {khash[:12]} for workload {workload.name} with this request "
+                f"(nvcc {compiled.nvcc_version}, arch {self.config.arch}, seeds {list(self.config.seeds)}): "
+                "run it on a GPU machine without --replay, or import its records with `klineage evals import`")
+        worker = self._live_worker()
+        raw = worker.evaluate({"so_path": compiled.so_path, "workload_path": str(workload.path),
+                               "shapes": req["shapes"], "seeds": req["seeds"], "timing": req["timing"]},
+                              stall_s=self.config.stall_s, total_s=self.config.total_s)
+        env = raw.get("env") or worker.env_info
+        status = Status(raw["status"])
+        res = GateResult(status, khash, workload.name, _digest({**req, "gpu": (env or {}).get("gpu")}), "live",
+                         guard.to_dict(), compile=compiled.to_dict(), correctness=raw.get("correctness", []),
+                         activity=raw.get("activity"), timing=raw.get("timing", []) if status is Status.PASSED else [],
+                         env=env, error_kind=raw.get("error_kind"), error_message=raw.get("error_message"),
+                         wall_s=raw.get("wall_s"))
+        if status is not Status.PASSED and raw.get("timing"):
+            res.activity = dict(res.activity or {}, partial_timing=raw["timing"])
+        self._store_result(res, req, source, origin, workload, replace=remeasure)
+        return res
+
+    def evaluate_file(self, path: str | Path, workload: Workload, **kw) -> GateResult:
+        p = Path(path)
+        return self.evaluate(p.read_text(), workload, origin=str(p), **kw)
+
+    def _live_worker(self):
+        if self._worker is None:
+            from klineage.gate.pool import GateWorker, gpu_available
+            if not gpu_available():
+                raise NoDeviceError("no CUDA device found — run on a GPU machine or pass --replay to use "
+                                    "recorded evaluations")
+            self._worker = GateWorker()
+        return self._worker
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()

@@ -1,0 +1,523 @@
+"""The gate worker: the only module that touches the GPU.
+
+Run as ``python -m klineage.gate.worker --fd N``: one process per GPU, started by
+``klineage.gate.pool``. It reads JSON requests, one per line, on stdin and writes JSON messages to
+file descriptor N (never stdout, which a candidate's printf could corrupt): ``progress`` heartbeats
+while it works and one ``result`` per request. The driver kills it when the heartbeats stop (a
+hang) or the process dies (a crash); after a CUDA error that leaves the context unusable it replies
+and exits with ``fatal: true`` so the driver starts a fresh one.
+
+Evaluation of one candidate:
+ 1. correctness on every benchmark and probe shape, several seeds: the same input buffers are
+    refilled with each seed's data (a cache keyed on pointers returns stale answers), outputs are
+    pre-filled with NaN, the candidate runs before the oracle, inputs are checked for mutation;
+ 2. an activity check of one call under CUPTI (torch.profiler): every kernel must run on the
+    stream the harness passed, and the persisting-L2 limit must still be 0;
+ 3. timing on the benchmark shapes: fresh inputs for every call (rotated buffers refilled outside
+    the window), the L2 flushed by writing a buffer of at least twice its size before every call,
+    persisting L2 lines reset, CUDA events around the call only, warm-up then several trials,
+    candidate and vendor reference alternating call by call in the same process, the statistic the
+    median of per-trial medians; outputs of randomly chosen timed calls are re-checked; a time under
+    the physical floor (bytes / measured copy bandwidth, FLOPs / measured peak) is rejected.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+import torch
+
+from klineage.gate.correctness import compare_outputs, negative_controls
+from klineage.workload import load_workload, shape_key
+
+TORCH_DTYPES = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "float64": torch.float64, "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8,
+    "int8": torch.int8,
+}
+CTYPES_SCALAR = {"int": ctypes.c_int, "int64": ctypes.c_longlong, "float": ctypes.c_float}
+CUDA_ERRORS = {
+    0: "cudaSuccess", 1: "cudaErrorInvalidValue", 2: "cudaErrorMemoryAllocation",
+    9: "cudaErrorInvalidConfiguration", 98: "cudaErrorInvalidDeviceFunction",
+    209: "cudaErrorNoKernelImageForDevice", 400: "cudaErrorInvalidResourceHandle",
+    700: "cudaErrorIllegalAddress", 701: "cudaErrorLaunchOutOfResources", 702: "cudaErrorLaunchTimeout",
+    710: "cudaErrorAssert", 716: "cudaErrorMisalignedAddress", 719: "cudaErrorLaunchFailure",
+}
+CUDA_LIMIT_PERSISTING_L2 = 0x06
+
+
+class CandidateFailure(Exception):
+    """A candidate-caused failure with a gate status; `fatal` when the CUDA context is lost."""
+
+    def __init__(self, status: str, kind: str, message: str, fatal: bool = False):
+        super().__init__(message)
+        self.status, self.kind, self.message, self.fatal = status, kind, message, fatal
+
+
+class Channel:
+    def __init__(self, fd: int):
+        self.f = os.fdopen(fd, "w", buffering=1)
+
+    def send(self, msg: dict) -> None:
+        self.f.write(json.dumps(msg) + "\n")
+        self.f.flush()
+
+    def progress(self, phase: str, **kw) -> None:
+        self.send({"event": "progress", "phase": phase, **kw})
+
+
+def _cudart():
+    """The CUDA runtime library torch loaded, for device queries torch does not expose."""
+    for path in sorted(set(glob.glob("/proc/self/maps"))):
+        with open(path) as f:
+            for line in f:
+                if "libcudart.so" in line:
+                    return ctypes.CDLL(line.split()[-1])
+    for pattern in ("**/nvidia/cu*/lib/libcudart.so*", "**/nvidia/cuda_runtime/lib/libcudart.so*"):
+        for root in sys.path:
+            hits = glob.glob(os.path.join(root, pattern), recursive=True)
+            if hits:
+                return ctypes.CDLL(hits[0])
+    return None
+
+
+class Device:
+    """Per-process device facts and measured ceilings, computed once."""
+
+    def __init__(self):
+        torch.cuda.init()
+        self.props = torch.cuda.get_device_properties(0)
+        self.l2_bytes = int(getattr(self.props, "L2_cache_size", 0) or 50 * 2**20)
+        # Flush at least twice the L2 (the issue's floor); four times leaves no doubt.
+        self.flush = torch.empty(max(4 * self.l2_bytes, 256 * 2**20) // 4, dtype=torch.float32, device="cuda")
+        self.cudart = _cudart()
+        self._copy_bw = None
+        self._peak = None
+
+    def flush_l2(self) -> None:
+        self.flush.fill_(1.0)
+        if self.cudart is not None:
+            self.cudart.cudaCtxResetPersistingL2Cache()
+
+    def persisting_l2_limit(self) -> int | None:
+        if self.cudart is None:
+            return None
+        v = ctypes.c_size_t(0)
+        rc = self.cudart.cudaDeviceGetLimit(ctypes.byref(v), CUDA_LIMIT_PERSISTING_L2)
+        return int(v.value) if rc == 0 else None
+
+    def copy_bandwidth(self) -> float:
+        """Device-to-device copy of 1 GiB, bytes read + written per second (median of 10)."""
+        if self._copy_bw is None:
+            n = 2**30 // 4
+            a = torch.empty(n, dtype=torch.float32, device="cuda").fill_(1.0)
+            b = torch.empty_like(a)
+            times = []
+            for i in range(13):
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                b.copy_(a)
+                e.record()
+                e.synchronize()
+                if i >= 3:
+                    times.append(s.elapsed_time(e) / 1e3)
+            self._copy_bw = 2 * 4 * n / statistics.median(times)
+            del a, b
+        return self._copy_bw
+
+    def bf16_peak(self) -> float:
+        """bf16 matrix product 8192^3 through torch (cuBLAS) on random data, FLOP/s (median of 10)."""
+        if self._peak is None:
+            n = 8192
+            a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+            b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+            times = []
+            for i in range(13):
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                torch.mm(a, b)
+                e.record()
+                e.synchronize()
+                if i >= 3:
+                    times.append(s.elapsed_time(e) / 1e3)
+            self._peak = 2 * n**3 / statistics.median(times)
+            del a, b
+        return self._peak
+
+
+def environment(dev: Device) -> dict:
+    env = {
+        "gpu": torch.cuda.get_device_name(0),
+        "sm_count": dev.props.multi_processor_count,
+        "capability": f"{dev.props.major}.{dev.props.minor}",
+        "l2_bytes": dev.l2_bytes,
+        "memory_bytes": dev.props.total_memory,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+    }
+    try:
+        import triton
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    try:
+        import subprocess
+        q = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm,"
+                            "clocks.max.mem,power.limit,temperature.gpu", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True, timeout=20).stdout.strip().split(", ")
+        keys = ["driver", "clock_sm_mhz", "clock_mem_mhz", "clock_max_sm_mhz", "clock_max_mem_mhz",
+                "power_limit_w", "temperature_c"]
+        env.update(dict(zip(keys, q)))
+    except Exception as exc:  # nvidia-smi missing is recorded, not fatal
+        env["driver"] = f"unknown ({type(exc).__name__})"
+    from klineage.gate.compile import nvcc_version
+    env["nvcc"] = nvcc_version()
+    return env
+
+
+class Candidate:
+    """A loaded shared object whose entry point follows the workload's ABI."""
+
+    def __init__(self, so_path: str, workload):
+        self.workload = workload
+        try:
+            self.lib = ctypes.CDLL(so_path, mode=ctypes.RTLD_LOCAL)
+        except OSError as exc:
+            raise CandidateFailure("RUNTIME_ERROR", "load_error", f"cannot load {so_path}: {exc}")
+        try:
+            self.fn = getattr(self.lib, workload.entry)
+        except AttributeError:
+            raise CandidateFailure("RUNTIME_ERROR", "missing_entry",
+                                   f"shared object exports no {workload.entry}; declare {workload.c_signature}")
+        self.fn.restype = ctypes.c_int
+        self.fn.argtypes = [ctypes.c_void_p if a.kind == "ptr" else CTYPES_SCALAR[a.kind]
+                            for a in workload.args] + [ctypes.c_void_p]
+
+    def call(self, tensors: dict, scalars: dict, stream: torch.cuda.Stream) -> int:
+        args = [tensors[a.name].data_ptr() if a.kind == "ptr" else scalars[a.name] for a in self.workload.args]
+        return self.fn(*args, stream.cuda_stream)
+
+
+def _sync(where: str) -> None:
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError as exc:
+        msg = str(exc).strip().splitlines()[0]
+        raise CandidateFailure("RUNTIME_ERROR", "cuda_error", f"{where}: {msg}", fatal=True)
+
+
+def _check_rc(rc: int, where: str) -> None:
+    if rc != 0:
+        name = CUDA_ERRORS.get(rc, f"cudaError {rc}")
+        # A launch-configuration error leaves the context usable; anything else may not.
+        raise CandidateFailure("RUNTIME_ERROR", "launch_error", f"{where}: entry returned {name} ({rc})",
+                               fatal=rc not in (1, 9, 98, 209, 701))
+
+
+def _alloc_outputs(workload, shape) -> dict:
+    outs = {}
+    for name, (dims, dtype) in workload.outputs(shape).items():
+        t = torch.empty(dims, dtype=TORCH_DTYPES[dtype], device="cuda")
+        t.fill_(float("nan") if t.is_floating_point() else torch.iinfo(t.dtype).min)
+        outs[name] = t
+    return outs
+
+
+def _poison(outs: dict) -> None:
+    for t in outs.values():
+        t.fill_(float("nan") if t.is_floating_point() else torch.iinfo(t.dtype).min)
+
+
+class Evaluator:
+    def __init__(self, chan: Channel):
+        self.chan = chan
+        self.dev = Device()
+        self.env = environment(self.dev)
+
+    # -- correctness -------------------------------------------------------------------------
+    def correctness(self, cand: Candidate, workload, shapes, seeds) -> list[dict]:
+        stream = torch.cuda.current_stream()
+        report = []
+        for kind, shape in shapes:
+            self.chan.progress("correctness", shape=shape_key(shape))
+            bufs = None
+            outs = _alloc_outputs(workload, shape)
+            scal = workload.scalars(shape)
+            per_seed = []
+            for seed in seeds:
+                fresh = workload.make_inputs(shape, seed, device="cuda")
+                if bufs is None:
+                    bufs = {k: v.clone() for k, v in fresh.items()}
+                else:  # same pointers, new contents
+                    for k, v in fresh.items():
+                        bufs[k].copy_(v)
+                _poison(outs)
+                _sync("before the call")
+                rc = cand.call({**bufs, **outs}, scal, stream)
+                _check_rc(rc, f"shape {shape_key(shape)} seed {seed}")
+                _sync(f"shape {shape_key(shape)} seed {seed}")
+                mutated = [k for k in workload.input_names if not torch.equal(bufs[k], fresh[k])]
+                refs = workload.reference(fresh, shape)
+                cmp = compare_outputs(outs, refs, workload.tolerance)
+                entry = {"seed": seed, "ok": all(c.ok for c in cmp.values()) and not mutated,
+                         "outputs": {k: c.to_dict() for k, c in cmp.items()}, "mutated_inputs": mutated}
+                if kind == "benchmark" and seed == seeds[0]:
+                    entry["negative_controls"] = negative_controls(workload, fresh, refs, shape)
+                per_seed.append(entry)
+                del fresh, refs
+            report.append({"kind": kind, "shape": shape, "ok": all(s["ok"] for s in per_seed), "seeds": per_seed})
+            del bufs, outs
+            torch.cuda.empty_cache()
+        return report
+
+    # -- activity check ----------------------------------------------------------------------
+    def activity(self, cand: Candidate, workload, shape) -> dict:
+        """One call under CUPTI: which kernels ran, on which streams, for how long."""
+        self.chan.progress("activity", shape=shape_key(shape))
+        stream = torch.cuda.current_stream()
+        inputs = workload.make_inputs(shape, 12345, device="cuda")
+        outs = _alloc_outputs(workload, shape)
+        scal = workload.scalars(shape)
+        _sync("before the activity check")
+        limit_before = self.dev.persisting_l2_limit()
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+            marker = torch.empty(1, device="cuda").fill_(0)  # a harness kernel: names our stream
+            rc = cand.call({**inputs, **outs}, scal, stream)
+            torch.cuda.synchronize()
+        _check_rc(rc, "activity check")
+        limit_after = self.dev.persisting_l2_limit()
+        fd, trace_path = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(trace_path)
+            with open(trace_path) as f:
+                trace = json.load(f)
+        finally:
+            os.unlink(trace_path)
+        kernels = [e for e in trace.get("traceEvents", []) if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+        harness_stream = None
+        cand_kernels = []
+        for e in kernels:
+            name = e.get("name", "")
+            if "fill" in name.lower() and harness_stream is None:
+                harness_stream = e.get("args", {}).get("stream")
+                continue
+            cand_kernels.append({"name": name[:200], "stream": e.get("args", {}).get("stream"),
+                                 "dur_us": float(e.get("dur", 0.0)), "cat": e.get("cat")})
+        off_stream = [k for k in cand_kernels if harness_stream is not None and k["stream"] != harness_stream]
+        del marker, inputs, outs
+        return {
+            "available": bool(kernels),
+            "harness_stream": harness_stream,
+            "kernels": cand_kernels[:64],
+            "kernel_count": len(cand_kernels),
+            "kernel_time_us": sum(k["dur_us"] for k in cand_kernels if k["cat"] == "kernel"),
+            "off_stream": off_stream[:16],
+            "persisting_l2_limit_before": limit_before,
+            "persisting_l2_limit_after": limit_after,
+        }
+
+    # -- timing ------------------------------------------------------------------------------
+    def timing(self, cand: Candidate, workload, shape, cfg: dict) -> dict:
+        warmup, reps, trials = int(cfg["warmup"]), int(cfg["reps"]), int(cfg["trials"])
+        rng = random.Random(cfg.get("seed", 0))
+        stream = torch.cuda.current_stream()
+        scal = workload.scalars(shape)
+        in_bytes = sum(t.numel() * t.element_size() for t in workload.make_inputs(shape, 0, device="cuda").values())
+        nsets = max(2, min(4, int(cfg.get("rotation_bytes", 4 * 2**30) // max(1, in_bytes))))
+        sets = [workload.make_inputs(shape, 1000 + i, device="cuda") for i in range(nsets)]
+        outs = _alloc_outputs(workload, shape)
+        vend_inputs = sets  # the vendor reads the same rotated buffers
+        samples = {"candidate": [], "vendor": []}
+        per_trial = {"candidate": [], "vendor": []}
+        rechecks = []
+        seed_counter = [50_000]
+
+        def refresh(buf: dict) -> None:
+            seed_counter[0] += 1
+            fresh = workload.make_inputs(shape, seed_counter[0], device="cuda")
+            for k, v in fresh.items():
+                buf[k].copy_(v)
+
+        def timed(which: str, buf: dict) -> float:
+            refresh(buf)
+            self.dev.flush_l2()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(stream)
+            if which == "candidate":
+                rc = cand.call({**buf, **outs}, scal, stream)
+            else:
+                workload.vendor(buf, shape)
+                rc = 0
+            e.record(stream)
+            _check_rc(rc, "timed call")
+            e.synchronize()
+            return s.elapsed_time(e) * 1e3  # microseconds
+
+        for trial in range(trials):
+            self.chan.progress("timing", shape=shape_key(shape), trial=trial)
+            check_at = set(rng.sample(range(reps), k=min(3, reps))) | {reps - 1}
+            t_c, t_v = [], []
+            for i in range(warmup + reps):
+                buf = sets[i % nsets]
+                order = ("candidate", "vendor") if (i + trial) % 2 == 0 else ("vendor", "candidate")
+                for which in order:
+                    us = timed(which, buf)
+                    if i >= warmup:
+                        (t_c if which == "candidate" else t_v).append(us)
+                        if which == "candidate" and (i - warmup) in check_at:
+                            _sync("timed call")
+                            refs = workload.reference(buf, shape)
+                            cmp = compare_outputs(outs, refs, workload.tolerance)
+                            rechecks.append({"trial": trial, "call": i - warmup,
+                                             "ok": all(c.ok for c in cmp.values()),
+                                             "reason": "; ".join(c.reason for c in cmp.values() if not c.ok)})
+            _sync("after a timing trial")
+            samples["candidate"].append(t_c)
+            samples["vendor"].append(t_v)
+            per_trial["candidate"].append(statistics.median(t_c))
+            per_trial["vendor"].append(statistics.median(t_v))
+        del sets, vend_inputs, outs
+        torch.cuda.empty_cache()
+        cand_us = statistics.median(per_trial["candidate"])
+        vend_us = statistics.median(per_trial["vendor"])
+        all_c = sorted(x for t in samples["candidate"] for x in t)
+        bytes_moved, flops = workload.bytes_moved(shape), workload.flops(shape)
+        bw = self.dev.copy_bandwidth()
+        floor_s = bytes_moved / bw
+        peak = None
+        if bytes_moved and flops / bytes_moved > 50:  # compute-heavy: the FLOP floor can dominate
+            peak = self.dev.bf16_peak()
+            floor_s = max(floor_s, flops / peak)
+        q = lambda p: all_c[min(len(all_c) - 1, int(p * len(all_c)))]
+        return {
+            "shape": shape,
+            "method": "cuda_events",
+            "statistic": "median of per-trial medians",
+            "warmup": warmup, "reps": reps, "trials": trials, "input_sets": nsets,
+            "l2_flush_bytes": self.dev.flush.numel() * 4,
+            "latency_us": cand_us,
+            "vendor_latency_us": vend_us,
+            "trial_medians_us": per_trial["candidate"],
+            "vendor_trial_medians_us": per_trial["vendor"],
+            "spread": (max(per_trial["candidate"]) - min(per_trial["candidate"])) / cand_us,
+            "p10_us": q(0.10), "p90_us": q(0.90), "min_us": all_c[0],
+            "speedup_vs_vendor": vend_us / cand_us,
+            "bytes_moved": bytes_moved, "flops": flops,
+            "achieved_bytes_per_s": bytes_moved / (cand_us * 1e-6),
+            "achieved_flops_per_s": flops / (cand_us * 1e-6),
+            "copy_bandwidth_bytes_per_s": bw,
+            "bandwidth_fraction": bytes_moved / (cand_us * 1e-6) / bw,
+            "peak_flops_per_s": peak,
+            "flops_fraction": (flops / (cand_us * 1e-6) / peak) if peak else None,
+            "floor_us": floor_s * 1e6,
+            "rechecks": rechecks,
+        }
+
+    # -- one request -------------------------------------------------------------------------
+    def evaluate(self, req: dict) -> dict:
+        t0 = time.perf_counter()
+        result = {"status": None, "env": self.env, "correctness": [], "activity": None, "timing": []}
+        try:
+            workload = load_workload(req["workload_path"])
+            cand = Candidate(req["so_path"], workload)
+            shapes = [(s["kind"], s["shape"]) for s in req["shapes"]]
+            result["correctness"] = self.correctness(cand, workload, shapes, req["seeds"])
+            bad = [c for c in result["correctness"] if not c["ok"]]
+            if bad:
+                first = bad[0]
+                seed = next(s for s in first["seeds"] if not s["ok"])
+                why = "; ".join(f"{k}: {v['reason']}" for k, v in seed["outputs"].items() if not v["ok"])
+                if seed["mutated_inputs"]:
+                    why = f"inputs mutated: {seed['mutated_inputs']}" + (f"; {why}" if why else "")
+                raise CandidateFailure("INCORRECT", "wrong_values",
+                                       f"{len(bad)} of {len(shapes)} shapes fail; first {first['kind']} "
+                                       f"{shape_key(first['shape'])} seed {seed['seed']}: {why}")
+            bench = [s for k, s in shapes if k == "benchmark"]
+            if req.get("timing") and bench:
+                act = self.activity(cand, workload, bench[0])
+                result["activity"] = act
+                if act["off_stream"]:
+                    k = act["off_stream"][0]
+                    raise CandidateFailure("GUARD_REJECTED", "off_stream_work",
+                                           f"kernel {k['name']} ran on stream {k['stream']}, not the harness "
+                                           f"stream {act['harness_stream']}: work outside the timed stream")
+                if act["persisting_l2_limit_after"]:
+                    raise CandidateFailure("GUARD_REJECTED", "persisting_l2",
+                                           f"persisting-L2 limit set to {act['persisting_l2_limit_after']} bytes "
+                                           "by the candidate; it would survive the cache flush")
+                for shape in bench:
+                    tm = self.timing(cand, workload, shape, req["timing"])
+                    result["timing"].append(tm)
+                    bad_re = [r for r in tm["rechecks"] if not r["ok"]]
+                    if bad_re:
+                        raise CandidateFailure("INCORRECT", "timed_output_wrong",
+                                               f"{shape_key(shape)}: output of timed call {bad_re[0]['call']} "
+                                               f"(trial {bad_re[0]['trial']}) wrong: {bad_re[0]['reason']}")
+                    if tm["latency_us"] < req["timing"].get("floor_factor", 0.9) * tm["floor_us"]:
+                        raise CandidateFailure("GUARD_REJECTED", "implausible_speed",
+                                               f"{shape_key(shape)}: {tm['latency_us']:.2f} us is under the "
+                                               f"physical floor {tm['floor_us']:.2f} us (bytes / measured "
+                                               "bandwidth, FLOPs / measured peak)")
+            result["status"] = "PASSED"
+        except CandidateFailure as f:
+            result.update(status=f.status, error_kind=f.kind, error_message=f.message, fatal=f.fatal)
+        except torch.cuda.OutOfMemoryError as exc:
+            result.update(status="RUNTIME_ERROR", error_kind="out_of_memory", error_message=str(exc)[:500],
+                          fatal=False)
+        except RuntimeError as exc:  # CUDA errors surfacing inside torch ops
+            msg = str(exc)
+            fatal = "CUDA" in msg or "cuda" in msg
+            result.update(status="RUNTIME_ERROR", error_kind="cuda_error" if fatal else "runtime_error",
+                          error_message=msg.strip()[:1000], fatal=fatal)
+        result["wall_s"] = time.perf_counter() - t0
+        return result
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fd", type=int, required=True)
+    ns = ap.parse_args(argv)
+    chan = Channel(ns.fd)
+    try:
+        ev = Evaluator(chan)
+    except Exception as exc:
+        chan.send({"event": "fatal", "error_kind": "no_device", "error_message": f"{type(exc).__name__}: {exc}"})
+        return 3
+    chan.send({"event": "ready", "env": ev.env})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        if req.get("op") == "exit":
+            break
+        if req.get("op") == "evaluate":
+            try:
+                res = ev.evaluate(req)
+            except Exception as exc:  # a harness bug: report it, never hang the driver
+                res = {"status": "RUNTIME_ERROR", "error_kind": "harness_error",
+                       "error_message": "".join(traceback.format_exception(exc))[-2000:], "fatal": True}
+            chan.send({"event": "result", "id": req.get("id"), "result": res})
+            if res.get("fatal"):
+                return 4
+        elif req.get("op") == "ping":
+            chan.send({"event": "pong", "id": req.get("id")})
+        elif req.get("op") == "bandwidth":
+            chan.send({"event": "result", "id": req.get("id"),
+                       "result": {"copy_bandwidth_bytes_per_s": ev.dev.copy_bandwidth()}})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

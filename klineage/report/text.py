@@ -1,0 +1,53 @@
+"""Plain-text rendering of gate results and workloads for the CLI."""
+from __future__ import annotations
+
+from klineage.workload import shape_key
+
+
+def _si(x: float, unit: str) -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if x >= scale:
+            return f"{x / scale:.2f} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def format_gate_result(name: str, res) -> str:
+    lines = [f"{name}: {res.status.value} ({res.source})"]
+    if res.error_message:
+        lines.append(f"  reason: {res.error_message}")
+    comp = res.compile or {}
+    for r in comp.get("resources", []):
+        lines.append(f"  ptxas {r['name'][:60]}: {r['registers']} regs, {r['shared_bytes']} B smem, "
+                     f"{r['stack_bytes']} B stack, spills {r['spill_store_bytes']}/{r['spill_load_bytes']} B")
+    for c in res.correctness:
+        seeds = c["seeds"]
+        worst = min((o["matched_fraction"] for s in seeds for o in s["outputs"].values()), default=1.0)
+        err = max((o["max_abs_err"] for s in seeds for o in s["outputs"].values()), default=0.0)
+        lines.append(f"  {c['kind']:<9} {shape_key(c['shape']):<28} {'ok ' if c['ok'] else 'BAD'} "
+                     f"{len(seeds)} seeds, min matched {worst:.6f}, max abs err {err:.3g}")
+    for t in res.timing:
+        frac = t.get("bandwidth_fraction")
+        lines.append(
+            f"  time {shape_key(t['shape'])}: {t['latency_us']:.2f} us median "
+            f"(trials {', '.join(f'{x:.2f}' for x in t['trial_medians_us'])}; spread {100 * t['spread']:.2f}%), "
+            f"vendor {t['vendor_latency_us']:.2f} us, speedup {t['speedup_vs_vendor']:.3f}x")
+        rate = f"  rate {_si(t['achieved_bytes_per_s'], 'B/s')}"
+        if frac is not None:
+            rate += f" = {100 * frac:.1f}% of measured copy {_si(t['copy_bandwidth_bytes_per_s'], 'B/s')}"
+        if t.get("flops_fraction"):
+            rate += f"; {_si(t['achieved_flops_per_s'], 'FLOP/s')} = {100 * t['flops_fraction']:.1f}% of peak"
+        lines.append(rate)
+    if res.env and res.env.get("gpu"):
+        e = res.env
+        lines.append(f"  on {e.get('gpu')} driver {e.get('driver')} nvcc {e.get('nvcc')} torch {e.get('torch')}")
+    return "\n".join(lines)
+
+
+def format_workload(wl) -> str:
+    t = wl.tolerance
+    lines = [f"{wl.name} ({wl.family}, {', '.join(wl.dtypes)})", f"  {wl.c_signature}",
+             f"  tolerance rtol {t.rtol} atol {t.atol} (scaled by rms of reference), min matched {t.min_matched}",
+             f"  vendor reference: {wl.vendor_name}"]
+    for kind, s in wl.all_shapes():
+        lines.append(f"  {kind:<9} {shape_key(s):<28} {wl.bytes_moved(s):>14,} bytes {wl.flops(s):>16,} FLOP")
+    return "\n".join(lines)

@@ -1,0 +1,28 @@
+"""Environment settings, all under the KLINEAGE_ prefix."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def data_dir() -> Path:
+    """Where KLineage keeps its caches: $KLINEAGE_HOME, else ~/.cache/klineage."""
+    return Path(os.environ.get("KLINEAGE_HOME") or Path.home() / ".cache" / "klineage")
+
+
+def build_cache_dir() -> Path:
+    return Path(os.environ.get("KLINEAGE_BUILD_CACHE") or data_dir() / "builds")
+
+
+def default_db() -> Path:
+    return Path(os.environ.get("KLINEAGE_DB") or "klineage.duckdb")
+
+
+def repo_root() -> Path:
+    """The source tree this package runs from (holds expert_kernels/, skills_db/)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def recorded_dir() -> Path:
+    """Recorded evaluations shipped with the repo, used by --replay."""
+    return Path(os.environ.get("KLINEAGE_RECORDED") or repo_root() / "skills_db" / "evaluations")

@@ -1,0 +1,91 @@
+"""The database schema as named, ordered migrations.
+
+Each entry of ``MIGRATIONS`` is ``(name, sql)``; names sort in application order and are never
+renamed or edited once released: a schema change is a new entry appended at the end.
+``migrate(con)`` applies the ones a database lacks, each inside its own transaction, and records
+them in ``schema_migrations``.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import duckdb
+
+from klineage.errors import StoreError
+
+MIGRATIONS: list[tuple[str, str]] = [
+    ("0001_core", """
+CREATE TABLE kernels (
+    kernel_hash TEXT PRIMARY KEY,
+    source      TEXT NOT NULL,
+    origin_path TEXT,
+    first_seen  TIMESTAMP
+);
+CREATE TABLE workloads (
+    workload_hash TEXT PRIMARY KEY,
+    name          TEXT NOT NULL,
+    spec_json     TEXT NOT NULL,
+    first_seen    TIMESTAMP
+);
+CREATE TABLE evaluations (
+    eval_key       TEXT PRIMARY KEY,
+    kernel_hash    TEXT NOT NULL,
+    workload_hash  TEXT NOT NULL,
+    workload_name  TEXT NOT NULL,
+    request_json   TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    result_json    TEXT NOT NULL,
+    env_json       TEXT NOT NULL,
+    gpu            TEXT,
+    toolchain_json TEXT,
+    recorded_at    TIMESTAMP NOT NULL
+);
+CREATE INDEX evaluations_kernel_workload ON evaluations (kernel_hash, workload_hash);
+"""),
+]
+
+_TABLE = "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMP)"
+
+
+def applied(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Names recorded in ``schema_migrations``, in application order."""
+    rows = con.execute("SELECT name FROM schema_migrations ORDER BY applied_at, name").fetchall()
+    return [r[0] for r in rows]
+
+
+def migrate(con: duckdb.DuckDBPyConnection, path: str = ":memory:") -> list[str]:
+    """Bring the database behind `con` to the newest schema; returns the names applied now.
+
+    `path` only names the database in error messages."""
+    known = [name for name, _ in MIGRATIONS]
+    if len(set(known)) != len(known):  # a programming error, caught by the tests
+        raise StoreError("MIGRATIONS holds a duplicate name: give every migration its own name")
+    try:
+        con.execute(_TABLE)
+        done = set(applied(con))
+    except duckdb.Error as e:
+        raise StoreError(f"database {path}: cannot read its schema_migrations table ({e}): "
+                         "move the file away or pass another --db PATH") from e
+    unknown = sorted(done - set(known))
+    if unknown:
+        raise StoreError(f"database {path} was written by a newer klineage (unknown migration "
+                         f"{unknown[0]}): upgrade klineage")
+    now_applied = []
+    for name, sql in MIGRATIONS:
+        if name in done:
+            continue
+        try:
+            con.execute("BEGIN TRANSACTION")
+            con.execute(sql)
+            con.execute("INSERT INTO schema_migrations VALUES (?, ?)",
+                        [name, datetime.now(timezone.utc).replace(tzinfo=None)])
+            con.execute("COMMIT")
+        except duckdb.Error as e:
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
+            raise StoreError(f"database {path}: migration {name} failed ({e}): the database is unchanged "
+                             "by it; move the file away or pass another --db PATH") from e
+        now_applied.append(name)
+    return now_applied

@@ -1,0 +1,335 @@
+"""The problem contract: a workload folder's ``workload.py``, loaded by path and validated.
+
+A workload file is plain Python defining these module-level names (all required unless marked):
+
+    NAME        str, unique workload name
+    FAMILY      str, operator family ("reduction", "elementwise", "gemm", ...)
+    DTYPES      tuple of dtype names the kernel sees ("float32", "bfloat16", ...)
+    ENTRY       str, the extern "C" entry point each kernel exports
+    ARGS        list of dicts, in C order. Pointer args: {"name", "kind": "ptr", "dtype",
+                "role": "in" | "out" | "inout"}; scalar args: {"name", "kind": "int" | "int64" |
+                "float"}. The entry point takes these, then a cudaStream_t, and returns cudaError_t.
+    make_inputs(shape, seed, device="cpu") -> dict name -> tensor for every "in"/"inout" pointer
+    outputs(shape) -> dict name -> (tuple dims, dtype name) for every "out"/"inout" pointer
+    scalars(shape) -> dict name -> int/float for every scalar arg
+    reference(inputs, shape) -> dict output name -> tensor, the oracle (computed in float64)
+    vendor(inputs, shape) -> dict output name -> tensor, the performance reference, in the
+                workload's own dtypes (torch eager, cuBLAS through torch, ...); distinct from the
+                oracle
+    VENDOR_NAME str, what ``vendor`` runs ("torch eager x.sum(dim=1)")
+    BENCHMARK_CASES  list of shapes (dicts of ints)
+    PROBE_SHAPES     list of shapes stressing the kernels' assumptions
+    TOLERANCE   {"rtol": float, "atol": float, "min_matched": float in (0, 1]}
+    bytes_moved(shape) -> int, the fewest bytes any kernel must move through device memory
+    flops(shape) -> int, the floating-point operations of the computation
+    STATEFUL    (optional, default False) whether a kernel may keep state between calls
+
+Malformed files raise ``WorkloadError`` naming the file and the field.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from klineage.errors import WorkloadError
+
+DTYPE_C = {
+    "float32": "float",
+    "float16": "__half",
+    "bfloat16": "__nv_bfloat16",
+    "float64": "double",
+    "int32": "int",
+    "int64": "long long",
+    "uint8": "unsigned char",
+    "int8": "signed char",
+}
+SCALAR_C = {"int": "int", "int64": "long long", "float": "float"}
+ROLES = ("in", "out", "inout")
+CALLABLES = ("make_inputs", "outputs", "scalars", "reference", "vendor", "bytes_moved", "flops")
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    kind: str  # "ptr" or a key of SCALAR_C
+    dtype: str | None = None
+    role: str | None = None
+
+    @property
+    def c_decl(self) -> str:
+        if self.kind == "ptr":
+            const = "const " if self.role == "in" else ""
+            return f"{const}{DTYPE_C[self.dtype]}* {self.name}"
+        return f"{SCALAR_C[self.kind]} {self.name}"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+    min_matched: float
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    family: str
+    dtypes: tuple[str, ...]
+    entry: str
+    args: tuple[Arg, ...]
+    tolerance: Tolerance
+    benchmark_cases: tuple[dict, ...]
+    probe_shapes: tuple[dict, ...]
+    vendor_name: str
+    stateful: bool
+    path: Path
+    content_hash: str
+    module: Any = field(repr=False, compare=False)
+
+    # Thin wrappers so callers never reach into the module directly.
+    def make_inputs(self, shape: dict, seed: int, device: str = "cpu") -> dict:
+        return self.module.make_inputs(shape, seed, device=device)
+
+    def outputs(self, shape: dict) -> dict:
+        return self.module.outputs(shape)
+
+    def scalars(self, shape: dict) -> dict:
+        return self.module.scalars(shape)
+
+    def reference(self, inputs: dict, shape: dict) -> dict:
+        return self.module.reference(inputs, shape)
+
+    def vendor(self, inputs: dict, shape: dict) -> dict:
+        return self.module.vendor(inputs, shape)
+
+    def bytes_moved(self, shape: dict) -> int:
+        return int(self.module.bytes_moved(shape))
+
+    def flops(self, shape: dict) -> int:
+        return int(self.module.flops(shape))
+
+    @property
+    def pointer_args(self) -> tuple[Arg, ...]:
+        return tuple(a for a in self.args if a.kind == "ptr")
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.pointer_args if a.role in ("in", "inout"))
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.pointer_args if a.role in ("out", "inout"))
+
+    @property
+    def c_signature(self) -> str:
+        params = ", ".join([a.c_decl for a in self.args] + ["cudaStream_t stream"])
+        return f'extern "C" cudaError_t {self.entry}({params})'
+
+    def all_shapes(self) -> list[tuple[str, dict]]:
+        """(kind, shape) for every benchmark case then every probe shape."""
+        return [("benchmark", s) for s in self.benchmark_cases] + [("probe", s) for s in self.probe_shapes]
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "family": self.family,
+            "dtypes": list(self.dtypes),
+            "signature": self.c_signature,
+            "benchmark_cases": [dict(s) for s in self.benchmark_cases],
+            "probe_shapes": [dict(s) for s in self.probe_shapes],
+            "tolerance": vars(self.tolerance),
+            "vendor": self.vendor_name,
+            "stateful": self.stateful,
+            "path": str(self.path),
+            "content_hash": self.content_hash,
+        }
+
+
+def shape_key(shape: dict) -> str:
+    """Text of a shape in the workload's own key order: 'rows=16384,cols=4096'."""
+    return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+def _fail(path: Path, name: str, problem: str) -> WorkloadError:
+    return WorkloadError(f"{path}: field {name}: {problem}")
+
+
+def _require(mod, path: Path, name: str, kinds: tuple[type, ...] | type, what: str):
+    if not hasattr(mod, name):
+        raise _fail(path, name, f"missing (define {name} as {what})")
+    value = getattr(mod, name)
+    if not isinstance(value, kinds):
+        raise _fail(path, name, f"expected {what}, got {type(value).__name__}")
+    return value
+
+
+def _check_args(path: Path, raw) -> tuple[Arg, ...]:
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise _fail(path, "ARGS", "expected a non-empty list of argument dicts")
+    args: list[Arg] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        where = f"ARGS[{i}]"
+        if not isinstance(item, dict):
+            raise _fail(path, where, "expected a dict with name and kind")
+        unknown = set(item) - {"name", "kind", "dtype", "role"}
+        if unknown:
+            raise _fail(path, where, f"unknown key(s) {sorted(unknown)}; allowed: name, kind, dtype, role")
+        name = item.get("name")
+        if not isinstance(name, str) or not name.isidentifier():
+            raise _fail(path, where, f"name must be a C identifier, got {name!r}")
+        if name in seen:
+            raise _fail(path, where, f"duplicate argument name {name!r}")
+        seen.add(name)
+        kind = item.get("kind")
+        if kind == "ptr":
+            dtype, role = item.get("dtype"), item.get("role")
+            if dtype not in DTYPE_C:
+                raise _fail(path, where, f"dtype {dtype!r} unknown; one of {sorted(DTYPE_C)}")
+            if role not in ROLES:
+                raise _fail(path, where, f"role {role!r} unknown; one of {list(ROLES)}")
+            args.append(Arg(name, "ptr", dtype, role))
+        elif kind in SCALAR_C:
+            if "dtype" in item or "role" in item:
+                raise _fail(path, where, "scalar arguments take no dtype or role")
+            args.append(Arg(name, kind))
+        else:
+            raise _fail(path, where, f"kind {kind!r} unknown; one of ['ptr', {', '.join(map(repr, SCALAR_C))}]")
+    if not any(a.kind == "ptr" and a.role in ("out", "inout") for a in args):
+        raise _fail(path, "ARGS", "no output pointer (role 'out' or 'inout')")
+    return tuple(args)
+
+
+def _check_shapes(path: Path, name: str, raw) -> tuple[dict, ...]:
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise _fail(path, name, "expected a non-empty list of shape dicts")
+    out = []
+    for i, shape in enumerate(raw):
+        if not isinstance(shape, dict) or not shape:
+            raise _fail(path, f"{name}[{i}]", "expected a non-empty dict of name -> positive int")
+        for k, v in shape.items():
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise _fail(path, f"{name}[{i}]", f"{k!r}: {v!r} is not a positive int")
+        out.append(dict(shape))
+    return tuple(out)
+
+
+def _check_tolerance(path: Path, raw) -> Tolerance:
+    if not isinstance(raw, dict):
+        raise _fail(path, "TOLERANCE", "expected a dict with rtol, atol, min_matched")
+    missing = {"rtol", "atol", "min_matched"} - set(raw)
+    if missing:
+        raise _fail(path, "TOLERANCE", f"missing key(s) {sorted(missing)}")
+    unknown = set(raw) - {"rtol", "atol", "min_matched"}
+    if unknown:
+        raise _fail(path, "TOLERANCE", f"unknown key(s) {sorted(unknown)}")
+    rtol, atol, mm = raw["rtol"], raw["atol"], raw["min_matched"]
+    for k, v in (("rtol", rtol), ("atol", atol)):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not (0 < v < 1):
+            raise _fail(path, "TOLERANCE", f"{k} must be a number in (0, 1), got {v!r}")
+    if not isinstance(mm, (int, float)) or isinstance(mm, bool) or not (0.5 < mm <= 1):
+        raise _fail(path, "TOLERANCE", f"min_matched must be in (0.5, 1], got {mm!r}")
+    return Tolerance(float(rtol), float(atol), float(mm))
+
+
+def _check_callables(path: Path, mod) -> None:
+    for name in CALLABLES:
+        fn = getattr(mod, name, None)
+        if fn is None:
+            raise _fail(path, name, "missing (define it as a function; see klineage/workload.py)")
+        if not callable(fn):
+            raise _fail(path, name, f"expected a function, got {type(fn).__name__}")
+    params = inspect.signature(mod.make_inputs).parameters
+    if "device" not in params or len(params) < 3:
+        raise _fail(path, "make_inputs", "signature must be make_inputs(shape, seed, device='cpu')")
+
+
+def _check_consistency(path: Path, mod, args: tuple[Arg, ...], shape: dict) -> None:
+    """Call the cheap contract functions on the first benchmark case and check their keys."""
+    want_out = {a.name for a in args if a.kind == "ptr" and a.role in ("out", "inout")}
+    want_scalar = {a.name for a in args if a.kind != "ptr"}
+    for fname, want in (("outputs", want_out), ("scalars", want_scalar)):
+        try:
+            got = getattr(mod, fname)(shape)
+        except Exception as exc:  # a broken contract function is a workload error, not a crash
+            raise _fail(path, fname, f"raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(got, dict) or set(got) != want:
+            raise _fail(path, fname, f"must return a dict with keys {sorted(want)}, got {got!r}")
+    for fname in ("bytes_moved", "flops"):
+        try:
+            value = getattr(mod, fname)(shape)
+        except Exception as exc:
+            raise _fail(path, fname, f"raised {type(exc).__name__}: {exc}") from exc
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _fail(path, fname, f"must return a non-negative int, got {value!r}")
+    for name, (dims, dtype) in mod.outputs(shape).items():
+        if dtype not in DTYPE_C:
+            raise _fail(path, "outputs", f"{name}: dtype {dtype!r} unknown")
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Load and validate a workload from a folder holding workload.py, or the file itself.
+
+    Raises WorkloadError naming the file and the missing or wrong field.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / "workload.py"
+    if not p.is_file():
+        raise WorkloadError(f"{p}: no workload file here (a workload folder must hold workload.py)")
+    p = p.resolve()
+    source = p.read_bytes()
+    mod_name = f"klineage_workload_{hashlib.sha256(str(p).encode()).hexdigest()[:12]}"
+    spec = importlib.util.spec_from_file_location(mod_name, p)
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as exc:
+        raise WorkloadError(f"{p}: failed to import: {type(exc).__name__}: {exc}") from exc
+    sys.modules[mod_name] = mod
+
+    name = _require(mod, p, "NAME", str, "a str")
+    family = _require(mod, p, "FAMILY", str, "a str")
+    dtypes = _require(mod, p, "DTYPES", (tuple, list), "a tuple of dtype names")
+    for d in dtypes:
+        if d not in DTYPE_C:
+            raise _fail(p, "DTYPES", f"{d!r} unknown; one of {sorted(DTYPE_C)}")
+    entry = _require(mod, p, "ENTRY", str, "a str naming the extern \"C\" entry point")
+    if not entry.isidentifier():
+        raise _fail(p, "ENTRY", f"{entry!r} is not a C identifier")
+    args = _check_args(p, _get(mod, p, "ARGS"))
+    tol = _check_tolerance(p, _get(mod, p, "TOLERANCE"))
+    cases = _check_shapes(p, "BENCHMARK_CASES", _get(mod, p, "BENCHMARK_CASES"))
+    probes = _check_shapes(p, "PROBE_SHAPES", _get(mod, p, "PROBE_SHAPES"))
+    vendor_name = _require(mod, p, "VENDOR_NAME", str, "a str saying what vendor() runs")
+    stateful = getattr(mod, "STATEFUL", False)
+    if not isinstance(stateful, bool):
+        raise _fail(p, "STATEFUL", f"expected a bool, got {type(stateful).__name__}")
+    _check_callables(p, mod)
+    for shape in cases + probes:
+        _check_consistency(p, mod, args, shape)
+    return Workload(
+        name=name, family=family, dtypes=tuple(dtypes), entry=entry, args=args, tolerance=tol,
+        benchmark_cases=cases, probe_shapes=probes, vendor_name=vendor_name, stateful=stateful,
+        path=p, content_hash=hashlib.sha256(source).hexdigest(), module=mod,
+    )
+
+
+def _get(mod, path: Path, name: str):
+    if not hasattr(mod, name):
+        raise _fail(path, name, "missing (see klineage/workload.py for the contract)")
+    return getattr(mod, name)
+
+
+def find_workload_for(kernel: str | Path) -> Path:
+    """The workload folder of a kernel: the nearest ancestor folder holding workload.py."""
+    k = Path(kernel).resolve()
+    for d in [k.parent, *k.parent.parents][:4]:
+        if (d / "workload.py").is_file():
+            return d
+    raise WorkloadError(f"{kernel}: no workload.py in its folder or the 3 above it; pass --workload DIR")

@@ -1,0 +1,67 @@
+"""Isolation: hangs, crashes and fatal CUDA errors become records and the worker is replaced."""
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from klineage.errors import NoDeviceError
+from klineage.gate.pool import GateWorker
+
+FAKE = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
+
+
+@pytest.fixture
+def worker():
+    w = GateWorker(command=FAKE, start_timeout_s=30)
+    yield w
+    w.close()
+
+
+def test_ok_reuses_the_same_process(worker):
+    a = worker.evaluate({"so_path": "ok"})
+    b = worker.evaluate({"so_path": "ok"})
+    assert a["status"] == b["status"] == "PASSED"
+    assert a["pid"] == b["pid"] and worker.starts == 1
+
+
+def test_hang_is_killed_by_the_stall_limit(worker):
+    t0 = time.monotonic()
+    res = worker.evaluate({"so_path": "hang"}, stall_s=1.0)
+    assert res["status"] == "TIMEOUT" and "no progress for 1 s in phase correctness" in res["error_message"]
+    assert time.monotonic() - t0 < 15
+    assert not worker.alive()
+    after = worker.evaluate({"so_path": "ok"})
+    assert after["status"] == "PASSED" and worker.starts == 2
+
+
+def test_progress_keeps_a_slow_evaluation_alive(worker):
+    res = worker.evaluate({"so_path": "slow-progress"}, stall_s=1.0)
+    assert res["status"] == "PASSED"
+
+
+def test_total_limit_kills_even_with_progress(worker):
+    res = worker.evaluate({"so_path": "slow-progress"}, stall_s=1.0, total_s=0.8)
+    assert res["status"] == "TIMEOUT" and "ran past" in res["error_message"]
+
+
+def test_crash_is_a_runtime_error_and_the_worker_is_replaced(worker):
+    first = worker.evaluate({"so_path": "ok"})
+    res = worker.evaluate({"so_path": "crash"})
+    assert res["status"] == "RUNTIME_ERROR" and res["error_kind"] == "worker_crash"
+    assert "SIGSEGV" in res["error_message"]
+    again = worker.evaluate({"so_path": "ok"})
+    assert again["status"] == "PASSED" and again["pid"] != first["pid"]
+
+
+def test_fatal_cuda_error_restarts_the_worker(worker):
+    first = worker.evaluate({"so_path": "ok"})
+    res = worker.evaluate({"so_path": "fatal"})
+    assert res["status"] == "RUNTIME_ERROR" and res["worker_restarted"]
+    assert worker.evaluate({"so_path": "ok"})["pid"] != first["pid"]
+
+
+def test_worker_that_cannot_start_names_the_fix():
+    w = GateWorker(command=[sys.executable, "-c", "import sys; sys.exit(3)"], start_timeout_s=10)
+    with pytest.raises(NoDeviceError, match="--replay"):
+        w.start()

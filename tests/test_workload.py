@@ -1,0 +1,74 @@
+from pathlib import Path
+
+import pytest
+
+from klineage.errors import WorkloadError
+from klineage.workload import find_workload_for, load_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD = (ROOT / "expert_kernels" / "row_sum" / "workload.py").read_text()
+
+
+@pytest.mark.parametrize("name", ["row_sum", "swiglu"])
+def test_expert_workloads_load(name):
+    wl = load_workload(ROOT / "expert_kernels" / name)
+    assert wl.name == name
+    assert wl.c_signature.startswith(f'extern "C" cudaError_t {name}(')
+    assert wl.c_signature.endswith("cudaStream_t stream)")
+    assert wl.benchmark_cases and wl.probe_shapes
+    assert wl.output_names == ("out",)
+    for _, shape in wl.all_shapes():
+        assert wl.bytes_moved(shape) > 0
+
+
+def test_make_inputs_deterministic_and_seed_dependent():
+    wl = load_workload(ROOT / "expert_kernels" / "swiglu")
+    shape = {"rows": 4, "cols": 9}
+    a1, a2, b = wl.make_inputs(shape, 1), wl.make_inputs(shape, 1), wl.make_inputs(shape, 2)
+    assert (a1["a"] == a2["a"]).all()
+    assert not (a1["a"] == b["a"]).all()
+    assert a1["a"].dtype.__str__() == "torch.bfloat16"
+
+
+def _write(tmp_path, text):
+    d = tmp_path / "wl"
+    d.mkdir()
+    (d / "workload.py").write_text(text)
+    return d
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda s: s.replace('NAME = "row_sum"\n', ""), "NAME"),
+    (lambda s: s.replace('"kind": "int"}', '"kind": "integer"}', 1), "ARGS[2]"),
+    (lambda s: s.replace('"role": "out"', '"role": "output"'), "ARGS[1]"),
+    (lambda s: s.replace('"min_matched": 0.999', '"matched": 0.999'), "TOLERANCE"),
+    (lambda s: s.replace('"rtol": 1e-4', '"rtol": 5'), "TOLERANCE"),
+    (lambda s: s.replace("def make_inputs(shape, seed, device=\"cpu\"):", "def make_inputs(shape, seed):"), "make_inputs"),
+    (lambda s: s.replace('return {"out": ((shape["rows"],), "float32")}', 'return {"y": ((shape["rows"],), "float32")}'), "outputs"),
+    (lambda s: s.replace("def vendor(inputs, shape):", "def _vendor(inputs, shape):"), "vendor"),
+    (lambda s: s.replace('BENCHMARK_CASES = [{"rows": 16384, "cols": 4096}', 'BENCHMARK_CASES = [{"rows": -1, "cols": 4096}'), "BENCHMARK_CASES[0]"),
+    (lambda s: s.replace("return 4 * shape[\"rows\"] * shape[\"cols\"] + 4 * shape[\"rows\"]", "return 1.5"), "bytes_moved"),
+    (lambda s: s.replace('ENTRY = "row_sum"', 'ENTRY = "row sum"'), "ENTRY"),
+])
+def test_bad_workload_names_file_and_field(tmp_path, edit, field):
+    d = _write(tmp_path, edit(GOOD))
+    with pytest.raises(WorkloadError) as exc:
+        load_workload(d)
+    msg = str(exc.value)
+    assert str(d / "workload.py") in msg
+    assert f"field {field}" in msg
+
+
+def test_import_error_is_a_workload_error(tmp_path):
+    d = _write(tmp_path, "import does_not_exist_anywhere\n")
+    with pytest.raises(WorkloadError, match="failed to import: ModuleNotFoundError"):
+        load_workload(d)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(WorkloadError, match="must hold workload.py"):
+        load_workload(tmp_path)
+
+
+def test_find_workload_for_kernel():
+    assert find_workload_for(ROOT / "expert_kernels" / "row_sum" / "expert.cu") == ROOT / "expert_kernels" / "row_sum"
