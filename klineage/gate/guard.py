@@ -86,7 +86,7 @@ RULES: tuple[Rule, ...] = (
     _r("static_host_state", 5, r"^[^\n]*\bstatic\s+(?!(const|constexpr|__device__|__forceinline__|inline|__global__|__host__|void)\b)[\w:<>]+[\s*&]+\w+\s*(=|;|\[)",
        "keeps host state in a static variable, which survives between calls (cached results, call counters)",
        applies="stateless"),
-    _r("global_host_state", 5, r"^(?!\s*(static\s+)?(const|constexpr)\b)(?!.*\b(__device__|__constant__|__shared__|__global__|__host__|typedef|using|template|struct|class|return|extern|namespace)\b)\s*[A-Za-z_][\w:<>]*[\s*&]+[A-Za-z_]\w*\s*(\[[^\]]*\])?\s*(=[^=;]*)?;\s*$",
+    _r("global_host_state", 5, r"^(?![ \t]*(static[ \t]+)?(const|constexpr)\b)(?!.*\b(__device__|__constant__|__shared__|__global__|__host__|typedef|using|template|struct|class|return|extern|namespace)\b)[ \t]*[A-Za-z_][\w:<>]*[ \t*&]+[A-Za-z_]\w*[ \t]*(\[[^\]]*\])?[ \t]*(=[^=;\n]*)?;[ \t]*$",
        "declares a mutable file-scope variable, which survives between calls",
        applies="stateless", file_scope=True),
     _r("device_state", 5, r"^(?!.*\b(const|constexpr)\b)[^\n]*\b__device__\s+(?!(inline|__forceinline__|__noinline__|static|void|auto)\b)(?![^\n]*\()[\w:<>\s*]+\w+\s*(\[[^\]]*\])*\s*(=[^;]*)?;",
