@@ -196,6 +196,8 @@ def main() -> int:
         spread[name] = {"shape": wl[name].benchmark_cases[0], "latencies_us": lat,
                         "spread": (max(good) - min(good)) / statistics.median(good) if good else None}
         log(f"spread {name}: {lat}")
+        if not good:
+            continue
         so = compile_kernel(path.read_text()).so_path
         ind = independent_timers(so, wl[name], wl[name].benchmark_cases[0])
         gate_lat = statistics.median(good)

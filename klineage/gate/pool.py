@@ -107,7 +107,12 @@ class GateWorker:
                 if left <= 0 or not sel.select(timeout=left):
                     return None
                 chunk = os.read(self._rfd, 1 << 16)
-                if not chunk:
+                if not chunk:  # EOF: the worker is gone; reap it so alive() is false
+                    if self.proc is not None:
+                        try:
+                            self.proc.wait(timeout=10)
+                        except subprocess.TimeoutExpired:
+                            pass
                     return None
                 self._buf += chunk
         finally:

@@ -456,10 +456,11 @@ class Evaluator:
                     raise CandidateFailure("GUARD_REJECTED", "off_stream_work",
                                            f"kernel {k['name']} ran on stream {k['stream']}, not the harness "
                                            f"stream {act['harness_stream']}: work outside the timed stream")
-                if act["persisting_l2_limit_after"]:
+                if act["persisting_l2_limit_after"] != act["persisting_l2_limit_before"]:
                     raise CandidateFailure("GUARD_REJECTED", "persisting_l2",
-                                           f"persisting-L2 limit set to {act['persisting_l2_limit_after']} bytes "
-                                           "by the candidate; it would survive the cache flush")
+                                           f"persisting-L2 limit changed from {act['persisting_l2_limit_before']} to "
+                                           f"{act['persisting_l2_limit_after']} bytes by the candidate; persisting "
+                                           "lines survive the cache flush")
                 for shape in bench:
                     tm = self.timing(cand, workload, shape, req["timing"])
                     result["timing"].append(tm)
