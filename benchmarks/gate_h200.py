@@ -99,6 +99,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="fewer gallery entries (smoke test)")
+    ap.add_argument("--skip-gallery", action="store_true", help="skip the gallery and fault sections")
+    ap.add_argument("--workers", type=int, default=5, help="fresh workers for the spread measurement")
     ns = ap.parse_args()
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -140,7 +142,7 @@ def main() -> int:
     json.dump(report, open(out / "gate_bench.json", "w"), indent=1, default=str)
 
     # 3. gallery: guard on (the gate as shipped) and guard off (the dynamic defenses alone)
-    gallery = sorted((ROOT / "tests" / "gallery").glob("*.cu"))
+    gallery = [] if ns.skip_gallery else sorted((ROOT / "tests" / "gallery").glob("*.cu"))
     if ns.quick:
         gallery = gallery[:3]
     report["gallery"] = []
@@ -163,7 +165,7 @@ def main() -> int:
     # 4. faults: each a record, the worker replaced, the run going on
     report["faults"] = []
     fault_gate = Gate(store, GateConfig(stall_s=25, shapes="benchmark"), worker=worker)
-    for p in sorted((ROOT / "tests" / "faults").glob("*.cu")):
+    for p in [] if ns.skip_gallery else sorted((ROOT / "tests" / "faults").glob("*.cu")):
         h = header(p)
         starts = worker.starts
         try:
@@ -185,7 +187,7 @@ def main() -> int:
     for name in ("row_sum", "swiglu"):
         path = ROOT / "expert_kernels" / name / "expert.cu"
         lat = []
-        for i in range(5):
+        for i in range(ns.workers):
             w5 = GateWorker()
             w5.start()
             g5 = Gate(None, GateConfig(shapes="benchmark"), worker=w5)

@@ -108,7 +108,7 @@ class Device:
     def flush_l2(self) -> None:
         # A read pass: it evicts (and writes back) every dirty line before the window opens, and
         # leaves only clean lines behind, so no write-back of the flush lands in the timed call.
-        torch.sum(self.flush, out=self._flush_sink)
+        torch.sum(self.flush, dim=0, out=self._flush_sink)
         if self.cudart is not None:
             self.cudart.cudaCtxResetPersistingL2Cache()
 
