@@ -56,47 +56,75 @@ def summary(res) -> dict:
     return out
 
 
-def independent_timers(so_path: str, workload, shape: dict) -> dict:
-    """Time one call with triton's do_bench and with CUPTI kernel durations (torch.profiler)."""
+def _trace_kernels(prof) -> list[dict]:
+    fd, tp = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(tp)
+        with open(tp) as f:
+            trace = json.load(f)
+    finally:
+        os.unlink(tp)
+    return sorted((e for e in trace["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+
+
+def independent_timers(so_path: str, workload, shape: dict, calls: int = 40) -> dict:
+    """Time the candidate with two other clocks and compare.
+
+    CUPTI (torch.profiler) records the GPU's own start and end of every kernel. It runs over the very
+    calls the gate's method makes (fresh inputs, the worker's L2 flush, events around the call), so
+    the two clocks read the same executions and the ratio shows the events' own overhead and nothing
+    else. triton's do_bench is a second, different method (its flush writes, no fresh inputs)."""
     import torch
     import triton.testing
-    from klineage.gate.worker import Candidate, _alloc_outputs
+    from torch.profiler import ProfilerActivity, profile
+    from klineage.gate.worker import Candidate, Device, _alloc_outputs
+    dev = Device()
     cand = Candidate(so_path, workload)
-    inputs = workload.make_inputs(shape, 7, device="cuda")
+    buf = workload.make_inputs(shape, 7, device="cuda")
     outs = _alloc_outputs(workload, shape)
     scal = workload.scalars(shape)
     stream = torch.cuda.current_stream()
-    fn = lambda: cand.call({**inputs, **outs}, scal, stream)
+    fn = lambda: cand.call({**buf, **outs}, scal, stream)
     do_bench_us = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
-    flush = torch.empty(256 * 2**20 // 4, device="cuda")
-    from torch.profiler import ProfilerActivity, profile
-    sink = torch.empty((), device="cuda")
+    # Which kernels are the candidate's: profile one bare call.
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(30):
-            flush.zero_()  # marks the call boundary in the trace
-            torch.sum(flush, dim=0, out=sink)  # read pass: no dirty lines left for the call
-            fn()
+        fn()
         torch.cuda.synchronize()
-    fd, tp = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    prof.export_chrome_trace(tp)
-    trace = json.load(open(tp))
-    os.unlink(tp)
-    # Per call: sum of the candidate's kernels between two flush kernels.
-    calls, cur = [], None
-    for e in sorted((e for e in trace["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"]):
-        if "reduce_kernel" in e["name"]:
-            continue
-        if "FillFunctor" in e["name"] or "zero" in e["name"].lower():
-            if cur is not None:
-                calls.append(cur)
-            cur = 0.0
+    names = {e["name"] for e in _trace_kernels(prof)}
+    event_us = []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            fresh = workload.make_inputs(shape, 90_000 + i, device="cuda")
+            for k, v in fresh.items():
+                buf[k].copy_(v)
+            dev.flush_l2()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(stream)
+            fn()
+            e.record(stream)
+            e.synchronize()
+            event_us.append(s.elapsed_time(e) * 1e3)
+    # Per call: first candidate kernel start to last candidate kernel end, in one group of
+    # consecutive candidate kernels (harness kernels separate the calls).
+    spans, cur = [], None
+    for e in _trace_kernels(prof):
+        if e["name"] in names:
+            t0, t1 = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+            cur = [t0, t1] if cur is None else [cur[0], t1]
         elif cur is not None:
-            cur += float(e["dur"])
-    if cur:
-        calls.append(cur)
-    cupti_us = statistics.median(calls[5:]) if len(calls) > 6 else None
-    return {"do_bench_median_us": do_bench_us, "cupti_kernel_median_us": cupti_us, "cupti_calls": len(calls)}
+            spans.append(cur[1] - cur[0])
+            cur = None
+    if cur is not None:
+        spans.append(cur[1] - cur[0])
+    skip = 5
+    pairs = list(zip(event_us[skip:], spans[skip:])) if len(spans) == len(event_us) else []
+    ratios = [a / b for a, b in pairs if b > 0]
+    return {"do_bench_median_us": do_bench_us,
+            "cupti_kernel_median_us": statistics.median(spans[skip:]) if len(spans) > skip else None,
+            "events_same_calls_median_us": statistics.median(event_us[skip:]),
+            "cupti_calls": len(spans), "calls": calls, "candidate_kernels": sorted(n[:80] for n in names),
+            "events_over_cupti_same_calls_median": statistics.median(ratios) if ratios else None}
 
 
 def main() -> int:
@@ -214,6 +242,7 @@ def main() -> int:
         ind["gate_latency_us"] = gate_lat
         ind["do_bench_ratio"] = gate_lat / ind["do_bench_median_us"]
         ind["cupti_ratio"] = gate_lat / ind["cupti_kernel_median_us"] if ind["cupti_kernel_median_us"] else None
+        ind["within_5pct"] = ind["cupti_ratio"] is not None and abs(ind["cupti_ratio"] - 1) <= 0.05
         spread[name]["independent"] = ind
         log(f"independent {name}: {ind}")
     report["spread_and_agreement"] = spread

@@ -108,9 +108,10 @@ class Device:
     def flush_l2(self) -> None:
         # A read pass: it evicts (and writes back) every dirty line before the window opens, and
         # leaves only clean lines behind, so no write-back of the flush lands in the timed call.
-        torch.sum(self.flush, dim=0, out=self._flush_sink)
+        # Persisting lines are demoted first, so the read pass that follows evicts them too.
         if self.cudart is not None:
             self.cudart.cudaCtxResetPersistingL2Cache()
+        torch.sum(self.flush, dim=0, out=self._flush_sink)
 
     def persisting_l2_limit(self) -> int | None:
         if self.cudart is None:
