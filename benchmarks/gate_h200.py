@@ -10,11 +10,9 @@ that `klineage gate --replay` replays on a machine without a GPU.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import re
-import shutil
 import statistics
 import sys
 import tempfile
@@ -57,15 +55,8 @@ def summary(res) -> dict:
 
 
 def _trace_kernels(prof) -> list[dict]:
-    fd, tp = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(tp)
-        with open(tp) as f:
-            trace = json.load(f)
-    finally:
-        os.unlink(tp)
-    return sorted((e for e in trace["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    from klineage.gate.worker import trace_events
+    return sorted((e for e in trace_events(prof) if e.get("cat") == "kernel"), key=lambda e: e["ts"])
 
 
 def independent_timers(so_path: str, workload, shape: dict, calls: int = 40) -> dict:
@@ -78,7 +69,7 @@ def independent_timers(so_path: str, workload, shape: dict, calls: int = 40) -> 
     import torch
     import triton.testing
     from torch.profiler import ProfilerActivity, profile
-    from klineage.gate.worker import Candidate, Device, _alloc_outputs
+    from klineage.gate.worker import Candidate, Device, _alloc_outputs, refresh_inputs, timed_call
     dev = Device()
     cand = Candidate(so_path, workload)
     buf = workload.make_inputs(shape, 7, device="cuda")
@@ -95,16 +86,8 @@ def independent_timers(so_path: str, workload, shape: dict, calls: int = 40) -> 
     event_us = []
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for i in range(calls):
-            fresh = workload.make_inputs(shape, 90_000 + i, device="cuda")
-            for k, v in fresh.items():
-                buf[k].copy_(v)
-            dev.flush_l2()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(stream)
-            fn()
-            e.record(stream)
-            e.synchronize()
-            event_us.append(s.elapsed_time(e) * 1e3)
+            refresh_inputs(workload, shape, buf, 90_000 + i)
+            event_us.append(timed_call(dev, fn, stream)[1])
     # Per call: first candidate kernel start to last candidate kernel end, in one group of
     # consecutive candidate kernels (harness kernels separate the calls).
     spans, cur = [], None
@@ -200,7 +183,6 @@ def main() -> int:
     fault_gate = Gate(store, GateConfig(stall_s=25, shapes="benchmark"), worker=worker)
     for p in [] if ns.skip_gallery else sorted((ROOT / "tests" / "faults").glob("*.cu")):
         h = header(p)
-        starts = worker.starts
         try:
             res = fault_gate.evaluate_file(p, wl["row_sum"], remeasure=True)
             entry = {"kernel": p.name, **h, "status": res.status.value, "error_kind": res.error_kind,

@@ -26,7 +26,6 @@ import argparse
 import ctypes
 import glob
 import json
-import math
 import os
 import random
 import statistics
@@ -231,6 +230,37 @@ def _check_rc(rc: int, where: str) -> None:
                                fatal=rc not in (1, 9, 98, 209, 701))
 
 
+def trace_events(prof) -> list[dict]:
+    """The events of a finished torch.profiler run, read back from its Chrome trace."""
+    fd, trace_path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(trace_path)
+        with open(trace_path) as f:
+            return json.load(f).get("traceEvents", [])
+    finally:
+        os.unlink(trace_path)
+
+
+def refresh_inputs(workload, shape, buf: dict, seed: int) -> None:
+    """Overwrite the input tensors in place with a fresh draw, so no call sees the last call's data."""
+    for k, v in workload.make_inputs(shape, seed, device="cuda").items():
+        buf[k].copy_(v)
+
+
+def timed_call(dev: Device, call, stream) -> tuple[int, float]:
+    """The gate's timed window: flush L2, then CUDA events around one call on `stream`.
+    Returns the call's return code and its latency in microseconds."""
+    dev.flush_l2()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(stream)
+    rc = call()
+    e.record(stream)
+    _check_rc(rc, "timed call")
+    e.synchronize()
+    return rc, s.elapsed_time(e) * 1e3
+
+
 def _alloc_outputs(workload, shape) -> dict:
     outs = {}
     for name, (dims, dtype) in workload.outputs(shape).items():
@@ -304,15 +334,7 @@ class Evaluator:
             torch.cuda.synchronize()
         _check_rc(rc, "activity check")
         limit_after = self.dev.persisting_l2_limit()
-        fd, trace_path = tempfile.mkstemp(suffix=".json")
-        os.close(fd)
-        try:
-            prof.export_chrome_trace(trace_path)
-            with open(trace_path) as f:
-                trace = json.load(f)
-        finally:
-            os.unlink(trace_path)
-        kernels = [e for e in trace.get("traceEvents", []) if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+        kernels = [e for e in trace_events(prof) if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
         harness_stream = None
         cand_kernels = []
         for e in kernels:
@@ -351,26 +373,15 @@ class Evaluator:
         rechecks = []
         seed_counter = [50_000]
 
-        def refresh(buf: dict) -> None:
-            seed_counter[0] += 1
-            fresh = workload.make_inputs(shape, seed_counter[0], device="cuda")
-            for k, v in fresh.items():
-                buf[k].copy_(v)
+        def vendor(buf: dict) -> int:
+            workload.vendor(buf, shape)
+            return 0
 
         def timed(which: str, buf: dict) -> float:
-            refresh(buf)
-            self.dev.flush_l2()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(stream)
-            if which == "candidate":
-                rc = cand.call({**buf, **outs}, scal, stream)
-            else:
-                workload.vendor(buf, shape)
-                rc = 0
-            e.record(stream)
-            _check_rc(rc, "timed call")
-            e.synchronize()
-            return s.elapsed_time(e) * 1e3  # microseconds
+            seed_counter[0] += 1
+            refresh_inputs(workload, shape, buf, seed_counter[0])
+            call = (lambda: cand.call({**buf, **outs}, scal, stream)) if which == "candidate" else (lambda: vendor(buf))
+            return timed_call(self.dev, call, stream)[1]
 
         for trial in range(trials):
             self.chan.progress("timing", shape=shape_key(shape), trial=trial)
