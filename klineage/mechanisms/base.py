@@ -1,0 +1,150 @@
+"""What every mechanism family provides: a detector, a deoptimize rewrite at one locus, and, where
+the rewrite is mechanical, a reoptimize rewrite.
+
+A *feature* is a (mechanism, locus) pair found in a kernel. Loci are named by content, not by
+position: the enclosing function and the text of the code the mechanism sits on (e.g.
+``rs_load4:load:p``), with ``#n`` appended only to tell identical texts apart. So removing one
+feature leaves the loci of all the others unchanged, which is what makes the audit "exactly one
+mechanism removed at the declared locus, all others kept" a set computation.
+
+Rewrites return ``Applied`` or ``NotApplicable`` and never raise for a kernel they do not fit.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import ClassVar
+
+from klineage.parse import syntax
+from klineage.parse.semantics import Semantics, analyze
+
+
+@dataclass(frozen=True)
+class Feature:
+    mechanism: str
+    locus: str
+    lines: tuple[int, int]
+    anchor: str = ""          # anchor signature: what kind of code the mechanism sits on (lift groups by it)
+    detail: tuple = ()        # sorted (key, value) pairs: carrier configuration seen (vector type, count, ...)
+    removable: bool = True    # the family has a deoptimize for this feature
+    path: str = ""            # human-readable path (function > loop > node)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.mechanism, self.locus
+
+    def info(self) -> dict:
+        return dict(self.detail)
+
+    def to_dict(self) -> dict:
+        return {"mechanism": self.mechanism, "locus": self.locus, "lines": list(self.lines),
+                "anchor": self.anchor, "detail": dict(self.detail), "removable": self.removable,
+                "path": self.path}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Feature":
+        return cls(d["mechanism"], d["locus"], tuple(d["lines"]), d.get("anchor", ""),
+                   tuple(sorted(d.get("detail", {}).items())), d.get("removable", True), d.get("path", ""))
+
+
+def detail(**kw) -> tuple:
+    return tuple(sorted(kw.items()))
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A rewrite that applied: the new source, the locus it acted on, the code before/after at the
+    anchor, and the configuration the rewrite carries (what reoptimize needs to restore it)."""
+    source: str
+    mechanism: str
+    locus: str
+    before: str
+    after: str
+    config: dict = field(default_factory=dict)
+    ok: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class NotApplicable:
+    reason: str
+    ok: ClassVar[bool] = False
+
+
+Result = Applied | NotApplicable
+
+
+class Kernel:
+    """A kernel source with its syntax tree and libclang facts, computed on first use."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    @cached_property
+    def tree(self) -> syntax.SourceTree:
+        return syntax.SourceTree(self.source)
+
+    @cached_property
+    def sem(self) -> Semantics:
+        return analyze(self.source)
+
+    def live(self, node) -> bool:
+        """False when `node` sits in a preprocessor branch that is compiled out (no line of it
+        starts an AST node for libclang)."""
+        return any(self.sem.is_live(line) for line in range(node.start_point.row + 1, node.end_point.row + 2))
+
+    def function_of(self, node) -> str:
+        fn = syntax.enclosing_function(node)
+        return syntax.function_name(fn) if fn is not None else "<file>"
+
+    def lines(self, node) -> tuple[int, int]:
+        return syntax.SourceTree.lines(node)
+
+    def snippet(self, node, context: int = 0) -> str:
+        a, b = self.lines(node)
+        return self.tree.line_text(max(1, a - context), b + context)
+
+
+def squash(text: str) -> str:
+    """Whitespace-normalised text for locus names."""
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def number_loci(items: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    """Append #n to repeated locus names (in source order), leaving unique names bare."""
+    seen: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for name, _ in items:
+        counts[name] = counts.get(name, 0) + 1
+    out = []
+    for name, obj in items:
+        if counts[name] > 1:
+            seen[name] = seen.get(name, 0) + 1
+            out.append((f"{name}#{seen[name]}", obj))
+        else:
+            out.append((name, obj))
+    return out
+
+
+class Mechanism:
+    """One optimization family. Subclasses set NAME, DESCRIPTION, and implement the three methods."""
+    NAME: ClassVar[str] = ""
+    DESCRIPTION: ClassVar[str] = ""
+    STRUCTURAL: ClassVar[bool] = False  # detected only; no rewrite exists
+    # Static preconditions the mechanism implies, by category (data_types, layout, storage, pipeline,
+    # hardware): what must hold, and what fails without it.
+    PRECONDITIONS: ClassVar[dict[str, list[dict]]] = {}
+
+    def detect(self, k: Kernel) -> list[Feature]:
+        raise NotImplementedError
+
+    def deoptimize(self, k: Kernel, feature: Feature) -> Result:
+        return NotApplicable(f"{self.NAME} has no deoptimize rewrite")
+
+    def reoptimize(self, k: Kernel, locus: str | None = None, config: dict | None = None) -> Result:
+        """Add the mechanism: at `locus` (a locus name as the detector would give it once added) or,
+        when None, at the first matching place. `config` is the Applied.config of a deoptimize."""
+        return NotApplicable(f"{self.NAME} has no mechanical reoptimize rewrite")
+
+    def _find(self, k: Kernel, feature: Feature) -> Feature | None:
+        return next((f for f in self.detect(k) if f.key == feature.key), None)

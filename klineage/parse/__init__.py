@@ -1,0 +1,1 @@
+"""Parsing: the only room that imports tree-sitter (syntax.py) or libclang (semantics.py)."""

@@ -1,0 +1,18 @@
+#pragma once
+namespace cooperative_groups {
+struct thread_block {
+    __device__ void sync() const; __device__ unsigned int thread_rank() const; __device__ unsigned int size() const;
+};
+struct cluster_group {
+    __device__ void sync() const; __device__ unsigned int block_rank() const; __device__ unsigned int num_blocks() const;
+    template <class T> __device__ T* map_shared_rank(T* addr, unsigned int rank) const;
+};
+template <unsigned int N> struct thread_block_tile {
+    __device__ void sync() const; __device__ unsigned int thread_rank() const;
+    template <class T> __device__ T shfl_down(T, unsigned int) const;
+    template <class T> __device__ T shfl_xor(T, unsigned int) const;
+};
+__device__ thread_block this_thread_block();
+__device__ cluster_group this_cluster();
+template <unsigned int N, class P> __device__ thread_block_tile<N> tiled_partition(const P&);
+}

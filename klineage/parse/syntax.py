@@ -1,0 +1,174 @@
+"""tree-sitter CUDA syntax trees, `.scm` queries kept as package data, and byte-range edits.
+
+Hopper-era attributes that tree-sitter-cuda 0.21 does not know (`__cluster_dims__(...)`,
+`__align__(n)`) are blanked with spaces of the same length before parsing, so byte offsets and
+line numbers of the tree are those of the original text and no ERROR node comes from them.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Iterable, Iterator
+
+import tree_sitter as ts
+import tree_sitter_cuda as tscuda
+
+from klineage.errors import KLineageError
+
+_BLANKED = re.compile(rb"__cluster_dims__\s*\([^()]*\)|__align__\s*\(\s*\w+\s*\)")
+
+
+class ParseError(KLineageError):
+    """A query file is missing or malformed, or an edit is out of range."""
+
+
+@functools.lru_cache(maxsize=1)
+def language() -> ts.Language:
+    return ts.Language(tscuda.language())
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> ts.Parser:
+    return ts.Parser(language())
+
+
+@functools.lru_cache(maxsize=None)
+def load_query(name: str) -> ts.Query:
+    """The compiled query `klineage/parse/queries/<name>.scm`; ParseError if absent or invalid."""
+    try:
+        text = resources.files("klineage.parse").joinpath("queries", f"{name}.scm").read_text()
+    except FileNotFoundError:
+        raise ParseError(f"no query file queries/{name}.scm in klineage.parse: add it or fix the name") from None
+    try:
+        return ts.Query(language(), text)
+    except Exception as e:  # tree-sitter raises QueryError subclasses
+        raise ParseError(f"query {name}.scm does not compile against tree-sitter-cuda: {e}") from e
+
+
+def _normalise(data: bytes) -> bytes:
+    return _BLANKED.sub(lambda m: re.sub(rb"[^\n]", b" ", m.group(0)), data)
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace bytes [start, end) of the source with `text`."""
+    start: int
+    end: int
+    text: str
+
+
+class SourceTree:
+    """One parsed kernel source: the text, its bytes, and the tree over them."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.data = text.encode()
+        self.tree = _parser().parse(_normalise(self.data))
+
+    @property
+    def root(self) -> ts.Node:
+        return self.tree.root_node
+
+    def error_nodes(self) -> list[ts.Node]:
+        return [n for n in walk(self.root) if n.type == "ERROR" or n.is_missing]
+
+    def text_of(self, node: ts.Node) -> str:
+        return self.data[node.start_byte:node.end_byte].decode()
+
+    @staticmethod
+    def lines(node: ts.Node) -> tuple[int, int]:
+        """1-based inclusive line range of `node`."""
+        return node.start_point.row + 1, node.end_point.row + 1
+
+    def matches(self, query: str, node: ts.Node | None = None) -> list[dict[str, list[ts.Node]]]:
+        """Matches of query file `query` under `node` (default: the whole tree), in source order."""
+        cur = ts.QueryCursor(load_query(query))
+        found = cur.matches(node or self.root)
+        return [caps for _, caps in sorted(found, key=lambda m: _first_byte(m[1]))]
+
+    def captures(self, query: str, name: str, node: ts.Node | None = None) -> list[ts.Node]:
+        cur = ts.QueryCursor(load_query(query))
+        nodes = cur.captures(node or self.root).get(name, [])
+        return sorted(nodes, key=lambda n: (n.start_byte, -n.end_byte))
+
+    def edit(self, edits: Iterable[Edit]) -> str:
+        return apply_edits(self.text, edits)
+
+    def line_text(self, first: int, last: int) -> str:
+        return "\n".join(self.text.splitlines()[first - 1:last])
+
+
+def _first_byte(caps: dict[str, list[ts.Node]]) -> int:
+    return min(n.start_byte for nodes in caps.values() for n in nodes)
+
+
+def walk(node: ts.Node) -> Iterator[ts.Node]:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children))
+
+
+def apply_edits(text: str, edits: Iterable[Edit]) -> str:
+    """`text` with every edit applied (byte offsets refer to the original); ParseError on overlap."""
+    data = text.encode()
+    ordered = sorted(edits, key=lambda e: (e.start, e.end))
+    out, pos = [], 0
+    for e in ordered:
+        if e.start < pos or e.end < e.start or e.end > len(data):
+            raise ParseError(f"edit [{e.start}, {e.end}) overlaps another edit or leaves the source "
+                             f"({len(data)} bytes): a rewrite must touch disjoint ranges")
+        out += [data[pos:e.start], e.text.encode()]
+        pos = e.end
+    out.append(data[pos:])
+    return b"".join(out).decode()
+
+
+def ancestors(node: ts.Node) -> Iterator[ts.Node]:
+    n = node.parent
+    while n is not None:
+        yield n
+        n = n.parent
+
+
+def enclosing_function(node: ts.Node) -> ts.Node | None:
+    for a in ancestors(node):
+        if a.type == "function_definition":
+            return a
+    return None
+
+
+def function_name(fn: ts.Node) -> str:
+    """Name of a function_definition node ('' when the declarator has no plain identifier)."""
+    decl = fn.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    if decl is None:
+        return ""
+    name = decl.child_by_field_name("declarator")
+    return name.text.decode() if name is not None else ""
+
+
+def function_qualifiers(fn: ts.Node) -> set[str]:
+    """CUDA execution-space and inline qualifiers written on a function definition."""
+    return {c.type for c in fn.children if c.type in ("__global__", "__device__", "__host__", "__forceinline__")}
+
+
+def functions(tree: SourceTree) -> list[ts.Node]:
+    return [n for n in walk(tree.root) if n.type == "function_definition"]
+
+
+def node_path(tree: SourceTree, node: ts.Node) -> str:
+    """A human-readable path to `node`: function name, then enclosing loops and branches."""
+    parts = []
+    for a in ancestors(node):
+        if a.type == "function_definition":
+            parts.append(function_name(a) or "<function>")
+        elif a.type in ("for_statement", "while_statement", "do_statement"):
+            parts.append(a.type.split("_")[0] + f"@L{a.start_point.row + 1}")
+        elif a.type == "if_statement":
+            parts.append(f"if@L{a.start_point.row + 1}")
+    return " > ".join(reversed(parts)) + f" > {node.type}@L{node.start_point.row + 1}"
