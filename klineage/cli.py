@@ -10,7 +10,8 @@ import click
 
 from klineage import __version__, settings
 from klineage.errors import KLineageError
-from klineage.report.text import format_gate_result, format_workload
+from klineage.report.text import (format_gate_result, format_lineage, format_lineage_row, format_mine_summary,
+                                  format_skill_row, format_workload)
 
 
 def json_option(fn):
@@ -169,3 +170,174 @@ def evals_export(file, db_path):
 
 if __name__ == "__main__":
     main()
+
+
+# -- mining ------------------------------------------------------------------------------------------
+
+class _Progress:
+    """One status line on stderr: evaluations by gate status, steps, rejections (unless quiet)."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.counts: dict[str, int] = {}
+        self.steps = self.rejected = 0
+        self.label = ""
+
+    def __call__(self, label, event, **kw):
+        self.label = label
+        if event == "evaluated":
+            self.counts[kw["status"]] = self.counts.get(kw["status"], 0) + 1
+        elif event == "step":
+            self.steps += 1
+        elif event == "rejected":
+            self.rejected += 1
+        elif event == "missing":
+            self.counts["NOT_REPLAYED"] = self.counts.get("NOT_REPLAYED", 0) + 1
+        if not self.quiet:
+            st = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+            click.echo(f"\r[{label}] steps {self.steps} · rejected {self.rejected} · {st}\033[K", err=True, nl=False)
+
+    def done(self):
+        if not self.quiet and self.label:
+            click.echo("", err=True)
+
+
+@main.command("mine")
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@db_option
+@click.option("--proposer", type=click.Choice(["rules", "versions"]), default="rules", show_default=True,
+              help="How backward steps are proposed.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A run configuration (pipelines/mine.toml): paths, proposers and limits.")
+@click.option("--max-steps", type=int, default=None, help="Stop a lineage after this many accepted steps.")
+@click.option("--max-rejections", type=int, default=None, help="Stop a lineage after this many rejected candidates.")
+@click.option("--replay", is_flag=True, help="Use recorded evaluations (skills_db/evaluations) instead of a GPU.")
+@click.option("--quiet", is_flag=True, help="No progress line.")
+@json_option
+@library_errors
+def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, replay, quiet, as_json):
+    """Walk expert kernels backward and lift every accepted step into a skill."""
+    import dataclasses
+
+    from klineage.gate.gate import Gate
+    from klineage.lineage.mine import MineRun, load_config, run_mine, targets_for
+
+    if config_path:
+        run, _raw = load_config(config_path)
+        if paths:
+            raise click.BadParameter("give either PATHS or --config, not both", param_hint="PATHS")
+    else:
+        if not paths:
+            raise click.BadParameter("name the kernels to mine (e.g. expert_kernels/) or pass --config",
+                                     param_hint="PATHS")
+        run = MineRun(targets_for(list(paths), proposer))
+    over = {k: v for k, v in (("max_steps", max_steps), ("max_rejections", max_rejections)) if v is not None}
+    if over:
+        run.limits = dataclasses.replace(run.limits, **over)
+    store = _open_store(db_path)
+    if replay:
+        from klineage.store.recorded import import_recorded
+        import_recorded(store)
+    gate = Gate(store)
+    progress = _Progress(quiet or as_json)
+    try:
+        summary = run_mine(run, store, gate, replay=replay, progress=progress)
+    finally:
+        progress.done()
+        gate.close()
+        store.close()
+    click.echo(json.dumps(summary, indent=1, default=str) if as_json else format_mine_summary(summary))
+    if summary["missing"]:
+        sys.exit(4)
+
+
+@main.group("lineage")
+def lineage_group():
+    """Inspect stored lineages."""
+
+
+@lineage_group.command("list")
+@db_option
+@json_option
+@library_errors
+def lineage_list(db_path, as_json):
+    """List lineages: workload, proposer, steps, rejections, termination."""
+    with _open_store(db_path) as store:
+        lins = store.lineages()
+    if as_json:
+        click.echo(json.dumps([{k: l[k] for k in ("lineage_id", "workload_name", "proposer", "termination",
+                                                   "remaining")} | {"steps": len(l["transitions"]),
+                                                                    "rejections": len(l["rejections"])}
+                               for l in lins], indent=1))
+    else:
+        for l in lins:
+            click.echo(format_lineage_row(l))
+
+
+@lineage_group.command("show")
+@click.argument("ident")
+@db_option
+@json_option
+@library_errors
+def lineage_show(ident, db_path, as_json):
+    """Show one lineage (id prefix, or WORKLOAD/PROPOSER): states, steps, rejections."""
+    with _open_store(db_path) as store:
+        lin = store.get_lineage(ident)
+    if lin is None:
+        raise click.ClickException(f"no single lineage matches {ident!r}: see `klineage lineage list`")
+    click.echo(json.dumps(lin, indent=1) if as_json else format_lineage(lin))
+
+
+@main.group("skills")
+def skills_group():
+    """Inspect and export the skill library."""
+
+
+@skills_group.command("list")
+@db_option
+@json_option
+@library_errors
+def skills_list(db_path, as_json):
+    """List skills with their median measured speedup."""
+    with _open_store(db_path) as store:
+        skills = store.skills()
+    if as_json:
+        click.echo(json.dumps([s["card"] for s in skills], indent=1))
+    else:
+        for s in skills:
+            click.echo(format_skill_row(s))
+
+
+@skills_group.command("show")
+@click.argument("ident")
+@db_option
+@json_option
+@library_errors
+def skills_show(ident, db_path, as_json):
+    """Show one skill card (id prefix or name)."""
+    with _open_store(db_path) as store:
+        s = store.get_skill(ident)
+    if s is None:
+        raise click.ClickException(f"no single skill matches {ident!r}: see `klineage skills list`")
+    click.echo(json.dumps(s["card"], indent=1) if as_json else s["card_md"])
+
+
+@skills_group.command("export")
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["skill-md", "jsonl"]), default="skill-md", show_default=True)
+@click.option("--out", "out", type=click.Path(path_type=Path), required=True, help="Output folder (skill-md) or file (jsonl).")
+@library_errors
+def skills_export(db_path, fmt, out):
+    """Export the library: one SKILL.md folder per skill (Agent Skills layout), or JSON lines."""
+    with _open_store(db_path) as store:
+        skills = store.skills()
+    if fmt == "skill-md":
+        from klineage.report.skill_md import export_skill_md
+        paths = export_skill_md(skills, out)
+        click.echo(f"wrote {len(paths)} skills under {out}")
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "w") as f:
+            for s in skills:
+                f.write(json.dumps(s["card"], sort_keys=True) + "\n")
+        click.echo(f"wrote {len(skills)} skills to {out}")

@@ -26,3 +26,12 @@ def repo_root() -> Path:
 def recorded_dir() -> Path:
     """Recorded evaluations shipped with the repo, used by --replay."""
     return Path(os.environ.get("KLINEAGE_RECORDED") or repo_root() / "skills_db" / "evaluations")
+
+
+def display_path(path) -> str:
+    """`path` relative to the source tree when inside it (so records match across machines)."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(repo_root()))
+    except ValueError:
+        return str(p)

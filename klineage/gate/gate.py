@@ -49,6 +49,7 @@ class GateResult:
     error_kind: str | None = None
     error_message: str | None = None
     wall_s: float | None = None
+    phases: dict | None = None  # worker seconds spent in correctness and in timing
 
     @property
     def passed(self) -> bool:
@@ -66,7 +67,8 @@ class GateResult:
                    eval_key=rec["eval_key"], source=source, guard=r.get("guard", {}), compile=r.get("compile"),
                    correctness=r.get("correctness", []), activity=r.get("activity"), timing=r.get("timing", []),
                    env=rec.get("env") or None, error_kind=r.get("error_kind"),
-                   error_message=r.get("error_message"), wall_s=r.get("wall_s"))
+                   error_message=r.get("error_message"), wall_s=r.get("wall_s"),
+                   phases=r.get("phases"))
 
 
 def kernel_hash(source: str) -> str:
@@ -97,6 +99,7 @@ class Gate:
         self.store = store
         self.config = config or GateConfig()
         self._worker = worker
+        self.compile_log: list[dict] = []  # one entry per nvcc request: cached?, seconds
 
     def request(self, source: str, workload: Workload, compiled: CompileResult | None = None) -> dict:
         cfg = self.config
@@ -144,6 +147,8 @@ class Gate:
             self._store_result(res, req, source, origin, workload)
             return res
         compiled = compile_kernel(source, self.config.arch, self.config.extra_flags)
+        self.compile_log.append({"kernel_hash": khash, "cached": compiled.cached, "seconds": compiled.seconds,
+                                 "ok": compiled.ok})
         req = self.request(source, workload, compiled)
         if not compiled.ok:
             res = GateResult(Status.COMPILE_ERROR, khash, workload.name, _digest(req), "static", guard.to_dict(),
@@ -173,7 +178,7 @@ class Gate:
                          guard.to_dict(), compile=compiled.to_dict(), correctness=raw.get("correctness", []),
                          activity=raw.get("activity"), timing=raw.get("timing", []) if status is Status.PASSED else [],
                          env=env, error_kind=raw.get("error_kind"), error_message=raw.get("error_message"),
-                         wall_s=raw.get("wall_s"))
+                         wall_s=raw.get("wall_s"), phases=raw.get("phases"))
         if status is not Status.PASSED and raw.get("timing"):
             res.activity = dict(res.activity or {}, partial_timing=raw["timing"])
         self._store_result(res, req, source, origin, workload, replace=remeasure)

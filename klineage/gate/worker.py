@@ -452,6 +452,8 @@ class Evaluator:
             cand = Candidate(req["so_path"], workload)
             shapes = [(s["kind"], s["shape"]) for s in req["shapes"]]
             result["correctness"] = self.correctness(cand, workload, shapes, req["seeds"])
+            t_checked = time.perf_counter()
+            result["phases"] = {"correctness_s": t_checked - t0, "timing_s": 0.0}
             bad = [c for c in result["correctness"] if not c["ok"]]
             if bad:
                 first = bad[0]
@@ -489,6 +491,7 @@ class Evaluator:
                                                f"{shape_key(shape)}: {tm['latency_us']:.2f} us is under the "
                                                f"physical floor {tm['floor_us']:.2f} us (bytes / measured "
                                                "bandwidth, FLOPs / measured peak)")
+            result["phases"]["timing_s"] = time.perf_counter() - t_checked
             result["status"] = "PASSED"
         except CandidateFailure as f:
             result.update(status=f.status, error_kind=f.kind, error_message=f.message, fatal=f.fatal)

@@ -27,7 +27,7 @@ def _load(name: str) -> list[Mechanism]:
     mod = importlib.import_module(f"klineage.mechanisms.{_MODULES[name]}")
     return [obj() for obj in vars(mod).values()
             if isinstance(obj, type) and issubclass(obj, Mechanism) and obj is not Mechanism
-            and obj.__module__ == mod.__name__]
+            and obj.__module__ == mod.__name__ and obj.NAME]
 
 
 def registry() -> dict[str, Mechanism]:

@@ -131,6 +131,7 @@ class Mechanism:
     NAME: ClassVar[str] = ""
     DESCRIPTION: ClassVar[str] = ""
     STRUCTURAL: ClassVar[bool] = False  # detected only; no rewrite exists
+    DETECTABLE: ClassVar[bool] = True   # False: only a ladder or an LLM names it (no detector)
     # Static preconditions the mechanism implies, by category (data_types, layout, storage, pipeline,
     # hardware): what must hold, and what fails without it.
     PRECONDITIONS: ClassVar[dict[str, list[dict]]] = {}

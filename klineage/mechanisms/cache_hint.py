@@ -81,7 +81,9 @@ class CacheHint(Mechanism):
 
     def _restore(self, k: Kernel, config: dict, locus: str | None):
         fname, plain = config["function"], config["plain"]
-        for n in _expressions(k):
+        from klineage.parse.syntax import walk
+        cands = [n for n in walk(k.tree.root) if n.type in ("pointer_expression", "assignment_expression")]
+        for n in cands:
             if k.function_of(n) == fname and squash(k.tree.text_of(n)) == squash(plain):
                 new = k.tree.edit([Edit(n.start_byte, n.end_byte, config["call"])])
                 return Applied(new, self.NAME, locus or f"{fname}:{config['intrinsic']}", before=plain,

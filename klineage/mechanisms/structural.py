@@ -114,3 +114,42 @@ class ThreadBlockCluster(_Signature):
     ANCHOR = "cluster launch / DSMEM"
     SIGNATURES = (r"this_cluster\s*\(", r"map_shared_rank", r"cudaLaunchAttributeClusterDimension",
                   r"__cluster_dims__", r"cluster_group\b")
+
+
+class _Declared(Mechanism):
+    """A mechanism only a version ladder (or an LLM proposer) names: no detector signature."""
+    STRUCTURAL = True
+    DETECTABLE = False
+
+    def detect(self, k: Kernel) -> list[Feature]:
+        return []
+
+
+class WarpPerRow(_Declared):
+    NAME = "warp_per_row"
+    DESCRIPTION = "cooperative row reduction: one warp per row, lanes striding the row (coalesced reads)"
+    PRECONDITIONS = {
+        "layout": [{"condition": "rows are contiguous in memory (unit stride along the reduced axis)",
+                    "fails_without": "lanes read scattered addresses; coalescing, and the gain, is lost"}],
+        "pipeline": [{"condition": "every lane of a warp reaches the cross-lane combine (no early exit)",
+                      "fails_without": "the warp-level combine deadlocks or reads undefined partials"}],
+    }
+
+
+class BlockPerRow(_Declared):
+    NAME = "block_per_row"
+    DESCRIPTION = "long rows split over a whole thread block, partials combined through shared memory"
+    PRECONDITIONS = {
+        "storage": [{"condition": "one float of shared memory per warp of the block",
+                     "fails_without": "the block cannot launch (never in practice: 64 bytes for 512 threads)"}],
+        "pipeline": [{"condition": "block size a multiple of 32 and every thread reaches __syncthreads",
+                      "fails_without": "a deadlock at the barrier or a missing warp partial"}],
+    }
+
+
+ThreadBlockCluster.PRECONDITIONS = {
+    "hardware": [{"condition": "compute capability 9.0 or newer (thread-block clusters, distributed shared memory)",
+                  "fails_without": "the cluster launch attribute is rejected: the kernel does not run before sm_90"}],
+    "pipeline": [{"condition": "cluster size <= 8 (portable limit) and the grid a multiple of the cluster size",
+                  "fails_without": "cudaLaunchKernelEx fails with an invalid cluster configuration"}],
+}

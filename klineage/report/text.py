@@ -51,3 +51,54 @@ def format_workload(wl) -> str:
     for kind, s in wl.all_shapes():
         lines.append(f"  {kind:<9} {shape_key(s):<28} {wl.bytes_moved(s):>14,} bytes {wl.flops(s):>16,} FLOP")
     return "\n".join(lines)
+
+
+def format_mine_summary(summary: dict) -> str:
+    lines = []
+    for l in summary["lineages"]:
+        lines.append(f"{l['workload']}/{l['proposer']} [{l['lineage_id'][:12]}]: {l['steps']} steps, "
+                     f"{l['rejections']} rejections, {l['termination']}"
+                     + (f" (left: {', '.join(l['remaining'])})" if l["remaining"] else ""))
+        if l["mechanisms"]:
+            lines.append("  removed: " + " -> ".join(l["mechanisms"]))
+    ev = summary["evaluations"]
+    lines.append(f"evaluations: {ev['total']} " + ", ".join(f"{k} {v}" for k, v in sorted(ev["by_source"].items())))
+    ph = summary["phases"]
+    rate = ph["compile_cache_hit_rate"]
+    lines.append(f"wall {ph['wall_s']:.1f} s; compile {ph['compile_s']:.1f} s over {ph['compile_requests']} requests "
+                 f"(cache hit rate {'-' if rate is None else f'{100 * rate:.0f}%'}); correctness "
+                 f"{ph['correctness_s']:.1f} s; timing {ph['timing_s']:.1f} s")
+    lines.append(f"skills in the library: {len(summary['skills'])}")
+    if summary["missing"]:
+        lines.append(f"NOT REPLAYED ({len(summary['missing'])} evaluations had no record):")
+        for m in summary["missing"]:
+            lines.append(f"  {m['workload']} kernel {m['kernel_hash'][:12]} ({m.get('origin') or 'derived'})")
+    return "\n".join(lines)
+
+
+def format_lineage_row(l: dict) -> str:
+    return (f"{l['lineage_id'][:12]}  {l['workload_name']:<14} {l['proposer']:<9} {len(l['transitions']):>3} steps "
+            f"{len(l['rejections']):>3} rejections  {l['termination']}"
+            + (f" (left: {', '.join(l['remaining'])})" if l["remaining"] else ""))
+
+
+def format_lineage(l: dict) -> str:
+    lines = [format_lineage_row(l), "states (0 = the starting kernel; each next state has one mechanism fewer):"]
+    for st in l["states"]:
+        lat = ", ".join(f"{x:.1f}" for x in st.get("latency_us", []))
+        lines.append(f"  [{st['idx']}] {st['kernel_hash'][:12]} {st.get('status', '')} {lat and lat + ' us'}")
+    lines.append("transitions (forward speedup = simpler / richer latency):")
+    for t in l["transitions"]:
+        sp = ", ".join(f"{e['speedup']:.3f}x" for e in t["effects"])
+        lines.append(f"  step {t['step']}: -{t['mechanism']} @ {t['locus']}  forward {sp}")
+    if l["rejections"]:
+        lines.append("rejections:")
+        for r in l["rejections"]:
+            lines.append(f"  step {r['step']}: {r['mechanism']} @ {r['locus']}: {r['kind']}: {r['message'][:160]}")
+    return "\n".join(lines)
+
+
+def format_skill_row(s: dict) -> str:
+    e = s["card"]["effects"]
+    return (f"{s['skill_id']}  {s['name']:<40} {e['median_speedup']:.3f}x  "
+            f"{len(s['card']['evidence'])} step(s)  {', '.join(s['card']['scope']['platforms'])}")

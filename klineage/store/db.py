@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import duckdb
 
 from klineage.errors import StoreError
+from klineage.store.library import LibraryMixin
 from klineage.store.migrations import migrate
 
 MEMORY = ":memory:"
@@ -31,7 +32,8 @@ _OPTIONAL_KEYS = {"recorded_at"}
 _TEXT_KEYS = ("eval_key", "kernel_hash", "workload_hash", "workload_name", "status")
 _EVAL_COLUMNS = ("eval_key", "kernel_hash", "workload_hash", "workload_name", "request_json", "status",
                  "result_json", "env_json", "gpu", "toolchain_json", "recorded_at")
-_TABLES = ("schema_migrations", "kernels", "workloads", "evaluations")
+_TABLES = ("schema_migrations", "kernels", "workloads", "evaluations", "lineages", "states", "transitions",
+           "rejections", "skills", "skill_evidence")
 
 
 def _dumps(obj: Any) -> str:
@@ -170,7 +172,7 @@ def open_store(path: str | Path = MEMORY) -> "Store":
     return Store(con, target)
 
 
-class Store:
+class Store(LibraryMixin):
     """Kernels, workloads and evaluations in one DuckDB database. Make one with ``open_store``."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, path: str = MEMORY):

@@ -42,6 +42,66 @@ CREATE TABLE evaluations (
 );
 CREATE INDEX evaluations_kernel_workload ON evaluations (kernel_hash, workload_hash);
 """),
+    ("0002_lineage", """
+CREATE TABLE lineages (
+    lineage_id     TEXT PRIMARY KEY,
+    workload_name  TEXT NOT NULL,
+    workload_hash  TEXT NOT NULL,
+    proposer       TEXT NOT NULL,
+    start_hash     TEXT NOT NULL,
+    termination    TEXT NOT NULL,
+    remaining_json TEXT NOT NULL,
+    config_json    TEXT NOT NULL,
+    missing_json   TEXT NOT NULL,
+    created_at     TIMESTAMP NOT NULL
+);
+CREATE TABLE states (
+    lineage_id    TEXT NOT NULL,
+    idx           INTEGER NOT NULL,
+    kernel_hash   TEXT NOT NULL,
+    eval_key      TEXT,
+    record_json   TEXT NOT NULL,
+    PRIMARY KEY (lineage_id, idx)
+);
+CREATE TABLE transitions (
+    transition_id  TEXT PRIMARY KEY,
+    lineage_id     TEXT NOT NULL,
+    step           INTEGER NOT NULL,
+    richer_hash    TEXT NOT NULL,
+    simpler_hash   TEXT NOT NULL,
+    mechanism      TEXT NOT NULL,
+    locus          TEXT NOT NULL,
+    eval_richer    TEXT NOT NULL,
+    eval_simpler   TEXT NOT NULL,
+    eval_rederived TEXT NOT NULL,
+    record_json    TEXT NOT NULL
+);
+CREATE TABLE rejections (
+    lineage_id  TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    step        INTEGER NOT NULL,
+    mechanism   TEXT NOT NULL,
+    locus       TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    message     TEXT NOT NULL,
+    kernel_hash TEXT,
+    eval_key    TEXT,
+    record_json TEXT NOT NULL,
+    PRIMARY KEY (lineage_id, seq)
+);
+CREATE TABLE skills (
+    skill_id   TEXT PRIMARY KEY,
+    name       TEXT NOT NULL,
+    mechanism  TEXT NOT NULL,
+    card_json  TEXT NOT NULL,
+    card_md    TEXT NOT NULL
+);
+CREATE TABLE skill_evidence (
+    skill_id      TEXT NOT NULL,
+    transition_id TEXT NOT NULL,
+    PRIMARY KEY (skill_id, transition_id)
+);
+"""),
 ]
 
 _TABLE = "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMP)"

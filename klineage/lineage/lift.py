@@ -1,0 +1,195 @@
+"""Lift accepted transitions into skills.
+
+Transitions are grouped by (mechanism, anchor signature); each group becomes one skill whose
+fields follow shared/DESIGN.md. Read forward, a transition K_{i-1} -> K_i adds the mechanism: the
+carrier's `before` is the simpler kernel's code and `after` the richer one's. Natural-language
+fields are rendered from jinja2 templates (templates/*.j2, StrictUndefined), never written per
+skill. `check_contract` enforces provides = features added, requires within features before,
+conflicts disjoint from both.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import statistics
+from functools import lru_cache
+from typing import Callable
+
+import jinja2
+
+from klineage.mechanisms import registry
+
+CATEGORIES = ("data_types", "layout", "storage", "pipeline", "hardware")
+LANGUAGE = "CUDA C++"
+# Mechanisms that address the same cost in incompatible ways: applying one where the other is
+# present is redundant (both fix shared-memory bank conflicts).
+CONFLICTS = {"smem_padding": [("shared index", "smem_swizzle")], "smem_swizzle": [("shared tile", "smem_padding")]}
+ANCHOR_QUERIES = {
+    "cache_hint": "(call_expression function: (identifier) @callee (#match? @callee \"^__(ld|st)(g|cs|cg|ca|lu|cv|wt|wb)$\"))",
+    "fast_math": "(call_expression function: (identifier) @callee (#match? @callee \"^(__expf|__logf|__fdividef|__frcp_rn|rsqrtf|__sinf|__cosf|__powf)$\"))",
+    "launch_bounds": "(function_definition (launch_bounds) @bounds)",
+    "unroll": "((preproc_call) @pragma . (for_statement) @loop (#match? @pragma \"unroll\"))",
+    "restrict": "(parameter_declaration declarator: (pointer_declarator (type_qualifier) @q (#eq? @q \"__restrict__\")))",
+    "coarsening": "(preproc_def name: (identifier) @name (#match? @name \"(UNROLL|PER_THREAD|COARSEN|ILP|ITEMS)\"))",
+    "vector_access": "(pointer_expression argument: (_) @ptr) ; pointer of vector type (libclang)",
+    "warp_reduction": "(call_expression function: (identifier) @callee (#match? @callee \"^__shfl_(xor|down)_sync$\"))",
+    "smem_padding": "(declaration (type_qualifier) @q (array_declarator size: (binary_expression)) (#eq? @q \"__shared__\"))",
+    "smem_staging": "(declaration (type_qualifier) @q (array_declarator) (#eq? @q \"__shared__\"))",
+}
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.PackageLoader("klineage.lineage", "templates"),
+                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                              trim_blocks=False, lstrip_blocks=False)
+
+
+def render(template: str, **ctx) -> str:
+    return _env().get_template(template).render(**ctx)
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def shape_text(shape: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+def _platform(env: dict) -> str:
+    gpu = env.get("gpu") or "unknown GPU"
+    cap = env.get("capability")
+    return f"{gpu} (sm_{cap.replace('.', '')})" if cap else gpu
+
+
+def _diff(a: str, b: str, limit: int = 80) -> str:
+    lines = list(difflib.unified_diff(a.splitlines(), b.splitlines(), "simpler", "richer", n=2, lineterm=""))
+    return "\n".join(lines[:limit] + ([f"... ({len(lines) - limit} more diff lines)"] if len(lines) > limit else []))
+
+
+def _feature_pairs(features: list[dict]) -> set[tuple[str, str]]:
+    return {(f["anchor"], f["mechanism"]) for f in features}
+
+
+def check_contract(card: dict, transitions: list[dict]) -> None:
+    """Raise ValueError when provides/requires/conflicts contradict the evidence."""
+    prov = {tuple(p) for p in card["provides"]}
+    req = {tuple(r) for r in card["requires"]}
+    conf = {tuple(c) for c in card["conflicts"]}
+    for t in transitions:
+        before = _feature_pairs(t["features_simpler"])
+        after = _feature_pairs(t["features_richer"])
+        added = after - before
+        if t["declared"] and not added:
+            added = {(t["anchor"], t["mechanism"])}
+        if not prov <= added | {(t["anchor"], t["mechanism"])}:
+            raise ValueError(f"skill {card['name']}: provides {sorted(prov)} not added by transition {t['transition_id']}")
+        if not req <= before:
+            raise ValueError(f"skill {card['name']}: requires {sorted(req - before)} absent before {t['transition_id']}")
+        if conf & (before | after):
+            raise ValueError(f"skill {card['name']}: conflicts {sorted(conf)} present in {t['transition_id']}")
+
+
+def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[str], str | None]) -> list[dict]:
+    """Skills from accepted transitions (sorted by name); `source_of(kernel_hash)` gives a source."""
+    mechs = registry()
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for t in transitions:
+        groups.setdefault((t["mechanism"], t["anchor"]), []).append(t)
+    skills = []
+    for (mech_name, anchor), ts in sorted(groups.items()):
+        mech = mechs.get(mech_name)
+        description = mech.DESCRIPTION if mech else mech_name.replace("_", " ")
+        ts = sorted(ts, key=lambda t: (t["workload_name"], t["lineage_id"], t["step"]))
+        first = ts[0]
+        per_case = []
+        for t in ts:
+            for e in t["effects"]:
+                per_case.append({"workload": t["workload_name"], "shape": e["shape"], "shape_text": shape_text(e["shape"]),
+                                 "platform": _platform(t["env"]), "speedup": e["speedup"],
+                                 "trial_speedups": e["trial_speedups"], "spread": e["spread"],
+                                 "richer_us": e["richer_us"], "simpler_us": e["simpler_us"],
+                                 "transition_id": t["transition_id"]})
+        speedups = [c["speedup"] for c in per_case] or [1.0]
+        med = statistics.median(speedups)
+        spread = (max(speedups) - min(speedups)) / med if len(speedups) > 1 else (per_case[0]["spread"] if per_case else 0.0)
+        platforms = sorted({c["platform"] for c in per_case})
+        cases = sorted({f"{c['workload']} {c['shape_text']}" for c in per_case})
+        examples = []
+        for t in ts:
+            cfg = dict(t.get("config") or {})
+            rich = next((f for f in t["features_richer"] if f["mechanism"] == mech_name and f["locus"] == t["locus"]), None)
+            if rich:
+                cfg.update(rich.get("detail", {}))
+            cfg = {k: v for k, v in cfg.items() if isinstance(v, (str, int, float)) and len(str(v)) < 120}
+            if cfg and cfg not in examples:
+                examples.append(cfg)
+        pre = {c: [] for c in CATEGORIES}
+        for cat, items in (mech.PRECONDITIONS if mech else {}).items():
+            for it in items:
+                lines = None
+                rich = next((f for f in first["features_richer"] if f["mechanism"] == mech_name
+                             and f["locus"] == first["locus"]), None)
+                if rich:
+                    lines = rich["lines"]
+                pre[cat].append({"condition": it["condition"], "fails_without": it["fails_without"],
+                                 "evidence": "static: implied by the mechanism's carrier",
+                                 "lines": lines, "kernel": first["richer_hash"][:12]})
+        risks = [{"kind": r["kind"], "message": r["message"], "locus": r["locus"], "status": r.get("status"),
+                  "eval_key": r.get("eval_key"), "lineage_id": r.get("lineage_id"),
+                  "workload": r.get("workload_name", ""), "failing_shapes": r.get("failing_shapes", [])}
+                 for r in rejections if r["mechanism"] == mech_name
+                 and r["kind"] not in ("not_applicable", "replay_missing")]
+        before_common = set.intersection(*[_feature_pairs(t["features_simpler"]) for t in ts])
+        provides = sorted({(anchor, mech_name)})
+        requires = sorted(p for p in before_common if p[1] in {f["mechanism"] for f in first["features_richer"]
+                                                              if mechs.get(f["mechanism"]) and mechs[f["mechanism"]].STRUCTURAL})
+        conflicts = sorted(tuple(c) for c in CONFLICTS.get(mech_name, []))
+        prior = sorted({f["mechanism"] for t in ts for f in t["features_simpler"]})
+        name = f"{mech_name}/{slug(anchor)}"
+        skill_id = hashlib.sha256(json.dumps([mech_name, anchor, [t["transition_id"] for t in ts]]).encode()).hexdigest()[:16]
+        simpler_src, richer_src = source_of(first["simpler_hash"]), source_of(first["richer_hash"])
+        carrier_before, carrier_after = first["after"], first["before"]
+        if first["declared"] and simpler_src is not None and richer_src is not None:
+            carrier_before = f"// {first['after']}"
+            carrier_after = _diff(simpler_src, richer_src)
+        paths = sorted({f.get("path") or f["locus"] for t in ts for f in t["features_richer"]
+                        if f["mechanism"] == mech_name and f["locus"] == t["locus"]}) or [
+            f"{t['workload_name']}: {t['locus']}" for t in ts]
+        card = {
+            "skill_id": skill_id, "name": name, "mechanism": mech_name,
+            "anchor": {"signature": anchor, "query": ANCHOR_QUERIES.get(mech_name, "(declared by the version ladder)"),
+                       "paths": paths},
+            "carrier": {"before": carrier_before, "after": carrier_after,
+                        "forward_rewrite": (f"klineage.mechanisms.{mech_name}: reoptimize" if not first["declared"]
+                                            else f"ladder step {first['config'].get('previous')} -> {first['config'].get('version')}"),
+                        "example_configuration": examples,
+                        "diff": _diff(simpler_src, richer_src) if simpler_src and richer_src else ""},
+            "preconditions": pre,
+            "effects": {"median_speedup": med, "spread": spread, "per_case": per_case},
+            "evidence": [t["transition_id"] for t in ts],
+            "evaluations": sorted({k for t in ts for k in (t["eval_richer"], t["eval_simpler"], t["eval_rederived"])}),
+            "risks": risks,
+            "risks_empty_reason": "" if risks else (
+                "no rejected attempt of this mechanism is on record and no probe has violated it yet "
+                "(precondition probing runs in a later stage)"),
+            "scope": {"cases": cases, "languages": [LANGUAGE], "platforms": platforms, "prior_mechanisms": prior},
+            "provides": [list(p) for p in provides], "requires": [list(r) for r in requires],
+            "conflicts": [list(c) for c in conflicts],
+            "verification": [{"transition_id": t["transition_id"], "identical": t["rederived_identical"],
+                              "rederived_hash": t["rederived_hash"], "eval_rederived": t["eval_rederived"],
+                              "ratios": [r for tr in t["rederive_trials"] for r in tr["speed_ratios"]],
+                              "ok": all(tr["ok"] for tr in t["rederive_trials"])} for t in ts],
+            "source_lineages": sorted({t["lineage_id"] for t in ts}),
+        }
+        example_text = ", ".join(f"{k}={v}" for k, v in list(examples[0].items())[:3]) if examples else ""
+        card["intent"] = render("intent.j2", description=description[:1].upper() + description[1:], anchor=anchor, examples=example_text,
+                                cases=", ".join(cases), median=med, n=len(ts), spread=spread,
+                                platforms=", ".join(platforms) or "no measured platform").strip()
+        check_contract(card, ts)
+        skills.append({"skill_id": skill_id, "name": name, "mechanism": mech_name, "card": card,
+                       "card_md": render("card.md.j2", card=card)})
+    return sorted(skills, key=lambda s: s["name"])

@@ -1,0 +1,158 @@
+"""`mine`: walk every expert kernel of a corpus, store the lineages, lift and store the skills.
+
+Inputs are workload folders (holding workload.py and expert.cu), folders of such folders (the
+corpus, e.g. expert_kernels/), or expert .cu files. A run configuration (pipelines/mine.toml) names
+the paths, the proposers per path and the limits; it is validated strictly.
+"""
+from __future__ import annotations
+
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from klineage.errors import KLineageError
+from klineage.settings import display_path
+from klineage.lineage.lift import lift
+from klineage.lineage.proposers import PROPOSERS, make_proposer
+from klineage.lineage.walk import Limits, Walker
+from klineage.workload import load_workload
+
+
+class MineConfigError(KLineageError):
+    """A bad mining configuration or path; the message names the fix."""
+
+
+@dataclass
+class Target:
+    workload_dir: Path
+    start: Path
+    proposer: str
+
+
+@dataclass
+class MineRun:
+    targets: list[Target]
+    limits: Limits = field(default_factory=Limits)
+
+
+def _workload_dirs(path: Path) -> list[Path]:
+    if path.is_file():
+        if path.suffix != ".cu":
+            raise MineConfigError(f"{path} is not a .cu kernel or a workload folder: pass expert_kernels/ "
+                                  "or a folder holding workload.py and expert.cu")
+        return [path.parent]
+    if not path.is_dir():
+        raise MineConfigError(f"{path} does not exist: pass expert_kernels/ or a workload folder")
+    if (path / "workload.py").is_file():
+        return [path]
+    found = sorted(p for p in path.iterdir() if (p / "workload.py").is_file() and (p / "expert.cu").is_file())
+    if not found:
+        raise MineConfigError(f"{path} holds no workload folder (workload.py + expert.cu): check the path")
+    return found
+
+
+def targets_for(paths: list[Path], proposer: str) -> list[Target]:
+    if proposer not in PROPOSERS:
+        raise MineConfigError(f"unknown proposer {proposer!r}: choose rules or versions")
+    out = []
+    for p in paths:
+        for d in _workload_dirs(Path(p)):
+            start = Path(p) if Path(p).is_file() else d / "expert.cu"
+            if not start.is_file():
+                raise MineConfigError(f"{d} has no expert.cu to start from: add it or pass the kernel file")
+            if proposer == "versions" and not (d / "versions").is_dir():
+                if Path(p) == d or Path(p).is_file():
+                    raise MineConfigError(f"{d} has no versions/ ladder for the versions proposer: add one or "
+                                          "use --proposer rules")
+                continue  # a corpus folder: only the workloads with a ladder
+            out.append(Target(d, start, proposer))
+    return out
+
+
+_TOP_KEYS = {"name", "description", "limits", "target"}
+_LIMIT_KEYS = {"max_steps", "max_rejections", "min_rederive_ratio"}
+_TARGET_KEYS = {"paths", "proposer"}
+
+
+def load_config(path: Path) -> tuple[MineRun, dict]:
+    """(run, raw configuration) from a TOML file; MineConfigError naming any unknown key."""
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise MineConfigError(f"no configuration file {path}: pass pipelines/mine.toml") from None
+    except tomllib.TOMLDecodeError as e:
+        raise MineConfigError(f"{path} is not valid TOML ({e}): fix the file") from e
+    bad = sorted(set(raw) - _TOP_KEYS)
+    if bad:
+        raise MineConfigError(f"{path}: unknown key {bad[0]!r} (allowed: {', '.join(sorted(_TOP_KEYS))})")
+    lim = raw.get("limits", {})
+    bad = sorted(set(lim) - _LIMIT_KEYS)
+    if bad:
+        raise MineConfigError(f"{path}: unknown key limits.{bad[0]} (allowed: {', '.join(sorted(_LIMIT_KEYS))})")
+    targets = []
+    base = Path(path).resolve().parent.parent  # pipelines/ sits at the repository root
+    for i, t in enumerate(raw.get("target", [])):
+        bad = sorted(set(t) - _TARGET_KEYS)
+        if bad:
+            raise MineConfigError(f"{path}: unknown key target[{i}].{bad[0]} (allowed: paths, proposer)")
+        if "paths" not in t:
+            raise MineConfigError(f"{path}: target[{i}] needs paths = [...]")
+        paths = [p if Path(p).is_absolute() else base / p for p in t["paths"]]
+        targets += targets_for([Path(p) for p in paths], t.get("proposer", "rules"))
+    if not targets:
+        raise MineConfigError(f"{path}: no [[target]] entries: add at least one with paths and proposer")
+    return MineRun(targets, Limits(**lim)), raw
+
+
+def run_mine(run: MineRun, store, gate, replay: bool = False,
+             progress: Callable[..., None] | None = None) -> dict:
+    """Walk every target, store each lineage, re-lift the whole library; returns a summary."""
+    t0 = time.perf_counter()
+    summary = {"lineages": [], "missing": [], "evaluations": {}, "phases": {}}
+    evals = []
+    for tgt in run.targets:
+        wl = load_workload(tgt.workload_dir)
+        proposer = make_proposer(tgt.proposer, tgt.workload_dir)
+        label = f"{wl.name}/{tgt.proposer}"
+        walker = Walker(gate, wl, [proposer], run.limits, replay=replay,
+                        progress=(lambda ev, _l=label, **kw: progress(_l, ev, **kw)) if progress else None)
+        start = proposer.top.source if tgt.proposer == "versions" else tgt.start.read_text()
+        lin = walker.run(start, origin=display_path(tgt.start))
+        store.put_lineage(lin)
+        evals += walker.evaluations
+        summary["missing"] += walker.missing
+        summary["lineages"].append({"lineage_id": lin["lineage_id"], "workload": wl.name, "proposer": tgt.proposer,
+                                    "steps": len(lin["transitions"]), "rejections": len(lin["rejections"]),
+                                    "termination": lin["termination"], "remaining": lin["remaining"],
+                                    "mechanisms": [t["mechanism"] for t in lin["transitions"]]})
+    skills = lift(store.transitions(), store.rejections(),
+                  lambda h: (store.get_kernel(h) or {}).get("source"))
+    store.put_skills(skills)
+    by_source: dict[str, int] = {}
+    for r in evals:
+        by_source[r.source] = by_source.get(r.source, 0) + 1
+    comp = gate.compile_log
+    live = [r for r in evals if r.source == "live"]
+    summary["evaluations"] = {"total": len(evals), "by_source": by_source,
+                              "by_status": _count(r.status.value for r in evals)}
+    summary["phases"] = {
+        "wall_s": time.perf_counter() - t0,
+        "compile_s": sum(c["seconds"] for c in comp if not c["cached"]),
+        "compile_requests": len(comp), "compile_cache_hits": sum(c["cached"] for c in comp),
+        "compile_cache_hit_rate": (sum(c["cached"] for c in comp) / len(comp)) if comp else None,
+        "correctness_s": sum((r.phases or {}).get("correctness_s", 0.0) for r in live),
+        "timing_s": sum((r.phases or {}).get("timing_s", 0.0) for r in live),
+        "gate_wall_s": sum(r.wall_s or 0.0 for r in live),
+        "live_evaluations": len(live),
+    }
+    summary["skills"] = [{"skill_id": s["skill_id"], "name": s["name"]} for s in skills]
+    return summary
+
+
+def _count(items) -> dict:
+    out: dict[str, int] = {}
+    for i in items:
+        out[i] = out.get(i, 0) + 1
+    return out

@@ -1,0 +1,250 @@
+"""The backward walk: from an expert kernel, remove one mechanism at a time behind the gate.
+
+At each state the proposers are asked in order; the first candidate that passes all of
+  1. the audit (exactly one mechanism gone at the declared locus, all others kept),
+  2. the gate (compiles, correct on every benchmark and probe shape; it may be slower),
+  3. forward re-derivation (reoptimize on the simpler kernel, or the next version) restoring the
+     same features and reaching >= `min_rederive_ratio` of the richer kernel's speed in every trial
+is accepted; every failed candidate is stored as a rejection with its evidence, and is not tried
+again in this lineage. Search order: proposers in the given order; within `rules`, the families of
+klineage.mechanisms.ORDER (dependents before what they depend on), loci in source order. The walk is
+deterministic: equal inputs (kernel, workload, proposers, limits, recorded evaluations) give equal
+lineages. It stops with one of
+  complete         no mechanism a detector knows is left,
+  no_proposal      mechanisms remain that no proposer could remove (listed by name),
+  step_limit       `max_steps` steps were accepted,
+  rejection_limit  `max_rejections` candidates failed the gate, audit or re-derivation,
+  start_failed     the starting kernel itself does not pass the gate.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from klineage.errors import ReplayMissingError
+from klineage.gate.gate import Gate, GateResult, kernel_hash
+from klineage.lineage.audit import audit_rederived, audit_rules, audit_version
+from klineage.lineage.proposers import Proposal
+from klineage.mechanisms import ORDER, detect_all, registry
+from klineage.mechanisms.base import Feature
+from klineage.workload import Workload
+
+WALK_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_steps: int = 64
+    max_rejections: int = 48
+    min_rederive_ratio: float = 0.99
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def _shape_key(shape: dict) -> str:
+    return "x".join(str(v) for v in shape.values())
+
+
+def compare_timing(richer: GateResult, simpler: GateResult) -> list[dict]:
+    """Per benchmark shape: latencies, forward speedup (simpler / richer), per-trial ratios, spread."""
+    out = []
+    by_shape = {_shape_key(t["shape"]): t for t in simpler.timing}
+    for t in richer.timing:
+        s = by_shape.get(_shape_key(t["shape"]))
+        if s is None:
+            continue
+        ratios = [a / b for a, b in zip(s["trial_medians_us"], t["trial_medians_us"])]
+        med = statistics.median(ratios)
+        out.append({"shape": t["shape"], "richer_us": t["latency_us"], "simpler_us": s["latency_us"],
+                    "speedup": s["latency_us"] / t["latency_us"], "trial_speedups": ratios,
+                    "spread": (max(ratios) - min(ratios)) / med if med else 0.0,
+                    "richer_bandwidth_fraction": t.get("bandwidth_fraction"),
+                    "simpler_bandwidth_fraction": s.get("bandwidth_fraction")})
+    return out
+
+
+def _env(res: GateResult) -> dict:
+    e = res.env or {}
+    return {k: e.get(k) for k in ("gpu", "driver", "nvcc", "torch", "capability")}
+
+
+class Walker:
+    def __init__(self, gate: Gate, workload: Workload, proposers: list, limits: Limits = Limits(),
+                 replay: bool = False, progress: Callable[..., None] | None = None):
+        self.gate, self.workload, self.proposers, self.limits = gate, workload, proposers, limits
+        self.replay = replay
+        self.progress = progress or (lambda *a, **k: None)
+        self.missing: list[dict] = []
+        self.known = {m.NAME for m in registry().values() if m.DETECTABLE}
+        self.evaluations: list[GateResult] = []
+
+    def evaluate(self, source: str, origin: str | None) -> GateResult | None:
+        """The gate's result, or None (listed in self.missing) when replay has no record of it."""
+        try:
+            res = self.gate.evaluate(source, self.workload, origin=origin, replay=self.replay)
+        except ReplayMissingError as e:
+            self.missing.append({"kernel_hash": kernel_hash(source), "workload": self.workload.name,
+                                 "origin": origin, "message": str(e)})
+            self.progress("missing", kernel_hash=kernel_hash(source))
+            return None
+        self.evaluations.append(res)
+        self.progress("evaluated", status=res.status.value, source=res.source)
+        return res
+
+    def lineage_id(self, start_source: str) -> str:
+        return _digest({"walk": WALK_VERSION, "workload": self.workload.content_hash,
+                        "start": kernel_hash(start_source), "proposers": [p.name for p in self.proposers],
+                        "limits": asdict(self.limits), "order": list(ORDER),
+                        "gate": {"seeds": list(self.gate.config.seeds), "timing": self.gate.config.timing,
+                                 "arch": self.gate.config.arch}})
+
+    def run(self, start_source: str, origin: str | None = None) -> dict:
+        lid = self.lineage_id(start_source)
+        lin = {"lineage_id": lid, "workload_name": self.workload.name, "workload_hash": self.workload.content_hash,
+               "proposer": "+".join(p.name for p in self.proposers), "start_hash": kernel_hash(start_source),
+               "config": {"limits": asdict(self.limits), "proposers": [p.name for p in self.proposers],
+                          "order": list(ORDER), "origin": origin, "walk_version": WALK_VERSION},
+               "states": [], "transitions": [], "rejections": [], "remaining": [], "missing": self.missing}
+        cur_src, cur_origin = start_source, origin
+        cur_res = self.evaluate(cur_src, origin)
+        cur_feats = detect_all(cur_src)
+        lin["states"].append(self._state(0, cur_src, cur_res, cur_feats, origin))
+        if cur_res is None or not cur_res.passed:
+            lin["termination"] = "start_failed"
+            lin["remaining"] = sorted({f.mechanism for f in cur_feats})
+            lin["start_status"] = cur_res.status.value if cur_res else "NOT_REPLAYED"
+            return lin
+        tried: set = set()
+        gate_rejections = 0
+        while True:
+            if len(lin["transitions"]) >= self.limits.max_steps:
+                lin["termination"] = "step_limit"
+                break
+            if gate_rejections >= self.limits.max_rejections:
+                lin["termination"] = "rejection_limit"
+                break
+            accepted = None
+            for proposer in self.proposers:
+                for prop in proposer.propose(cur_src, cur_feats, tried):
+                    if isinstance(prop, tuple):
+                        feat, reason = prop
+                        tried.add(feat.key)
+                        self._reject(lin, feat.mechanism, feat.locus, "not_applicable", reason)
+                        continue
+                    tried.add((prop.mechanism, prop.locus))
+                    outcome = self._try(lin, proposer, prop, cur_src, cur_res, cur_feats)
+                    if outcome is None:
+                        gate_rejections += 1
+                        if gate_rejections >= self.limits.max_rejections:
+                            break
+                        continue
+                    accepted = outcome
+                    break
+                if accepted or gate_rejections >= self.limits.max_rejections:
+                    break
+            if accepted is None:
+                if gate_rejections >= self.limits.max_rejections:
+                    lin["termination"] = "rejection_limit"
+                    break
+                left = sorted({f.mechanism for f in cur_feats})
+                lin["termination"] = "no_proposal" if left else "complete"
+                break
+            prop, res, feats, trans = accepted
+            lin["transitions"].append(trans)
+            cur_src, cur_res, cur_feats, cur_origin = prop.source, res, feats, prop.origin
+            lin["states"].append(self._state(len(lin["states"]), cur_src, cur_res, cur_feats, cur_origin))
+            self.progress("step", mechanism=prop.mechanism, locus=prop.locus)
+        lin["remaining"] = sorted({f.mechanism for f in cur_feats})
+        return lin
+
+    # -- one candidate -----------------------------------------------------------------------------
+    def _try(self, lin, proposer, prop: Proposal, cur_src, cur_res, cur_feats):
+        step = len(lin["transitions"])
+        feats = detect_all(prop.source)
+        if prop.declared:
+            audit = audit_version(cur_feats, feats, prop.mechanism, self.known)
+        else:
+            audit = audit_rules(cur_feats, feats, prop.mechanism, prop.locus)
+        if not audit["ok"]:
+            self._reject(lin, prop.mechanism, prop.locus, "audit", audit["reason"], prop.source, audit=audit)
+            return None
+        res = self.evaluate(prop.source, prop.origin)
+        if res is None:
+            self._reject(lin, prop.mechanism, prop.locus, "replay_missing",
+                         "no recorded evaluation of the simpler kernel", prop.source)
+            return None
+        if not res.passed:
+            self._reject(lin, prop.mechanism, prop.locus, res.status.value.lower(),
+                         f"{res.error_kind}: {res.error_message}", prop.source, res)
+            return None
+        red_src = proposer.rederive(prop)
+        if red_src is None:
+            self._reject(lin, prop.mechanism, prop.locus, "rederive_failed",
+                         "the forward rewrite does not apply to the simpler kernel", prop.source, res)
+            return None
+        red_audit = audit_rederived(cur_feats, detect_all(red_src))
+        if not red_audit["ok"]:
+            self._reject(lin, prop.mechanism, prop.locus, "rederive_audit", red_audit["reason"], red_src,
+                         audit=red_audit)
+            return None
+        identical = kernel_hash(red_src) == kernel_hash(cur_src)
+        red_res = cur_res if identical else self.evaluate(red_src, None)
+        if red_res is None or not red_res.passed:
+            self._reject(lin, prop.mechanism, prop.locus, "rederive_gate",
+                         "the re-derived kernel does not pass the gate" if red_res else "not replayed", red_src,
+                         red_res)
+            return None
+        trials = []
+        for t_orig, t_red in zip(cur_res.timing, red_res.timing):
+            ratios = [o / r for o, r in zip(t_orig["trial_medians_us"], t_red["trial_medians_us"])]
+            trials.append({"shape": t_orig["shape"], "speed_ratios": ratios,
+                           "ok": min(ratios) >= self.limits.min_rederive_ratio})
+        if not all(t["ok"] for t in trials):
+            self._reject(lin, prop.mechanism, prop.locus, "rederive_slow",
+                         f"re-derived kernel below {self.limits.min_rederive_ratio}x of the original in a trial",
+                         red_src, red_res, trials=trials)
+            return None
+        trans = {
+            "transition_id": _digest([lin["lineage_id"], step, kernel_hash(cur_src), kernel_hash(prop.source)])[:32],
+            "lineage_id": lin["lineage_id"], "step": step, "workload_name": self.workload.name,
+            "proposer": prop.proposer, "mechanism": prop.mechanism, "locus": prop.locus,
+            "anchor": prop.anchor or self._anchor(cur_feats, audit, prop), "declared": prop.declared,
+            "richer_hash": kernel_hash(cur_src), "simpler_hash": kernel_hash(prop.source),
+            "rederived_hash": kernel_hash(red_src), "rederived_identical": identical,
+            "eval_richer": cur_res.eval_key, "eval_simpler": res.eval_key, "eval_rederived": red_res.eval_key,
+            "features_richer": [f.to_dict() for f in cur_feats], "features_simpler": [f.to_dict() for f in feats],
+            "audit": audit, "rederive_audit": red_audit, "rederive_trials": trials,
+            "before": prop.before, "after": prop.after, "config": prop.config,
+            "effects": compare_timing(cur_res, res), "env": _env(cur_res),
+            "simpler_resources": (res.compile or {}).get("resources", []),
+            "richer_resources": (cur_res.compile or {}).get("resources", []),
+        }
+        return prop, res, feats, trans
+
+    def _anchor(self, cur_feats: list[Feature], audit: dict, prop: Proposal) -> str:
+        added = set(audit.get("added_forward") or [])
+        hit = next((f for f in cur_feats if f.mechanism in added), None)
+        return hit.anchor if hit else "kernel structure"
+
+    def _state(self, idx, src, res, feats, origin) -> dict:
+        return {"idx": idx, "kernel_hash": kernel_hash(src), "eval_key": res.eval_key if res else None,
+                "features": [f.to_dict() for f in feats], "origin": origin,
+                "status": res.status.value if res else "NOT_REPLAYED",
+                "latency_us": [t["latency_us"] for t in res.timing] if res and res.passed else []}
+
+    def _reject(self, lin, mechanism, locus, kind, message, source=None, res=None, **extra):
+        rec = {"step": len(lin["transitions"]), "mechanism": mechanism, "locus": locus, "kind": kind,
+               "message": (message or "")[:2000], "kernel_hash": kernel_hash(source) if source else None,
+               "eval_key": res.eval_key if res is not None else None,
+               "status": res.status.value if res is not None else None}
+        if res is not None and res.correctness:
+            bad = [c for c in res.correctness if not c.get("ok")]
+            rec["failing_shapes"] = [{"kind": c["kind"], "shape": c["shape"]} for c in bad][:8]
+        rec.update(extra)
+        lin["rejections"].append(rec)
+        self.progress("rejected", kind=kind)

@@ -1,0 +1,106 @@
+"""Lineages, their states, transitions and rejections, and the skills lifted from them.
+
+A lineage is written whole, in one transaction that first deletes any earlier run with the same
+id (a lineage id is the content hash of its inputs, so re-mining replaces it and never duplicates).
+Skills are recomputed from every stored transition and replace the skill tables in one transaction.
+Every transition row names the three evaluations behind it (richer kernel, simpler kernel,
+re-derived kernel), every rejection the evaluation that rejected it where one exists.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True)
+
+
+class LibraryMixin:
+    """Methods of klineage.store.db.Store for the mining tables (uses _write, _query, _now)."""
+
+    def put_lineage(self, lin: dict) -> None:
+        from klineage.store.db import _now
+        lid = lin["lineage_id"]
+
+        def go(con):
+            for table in ("states", "transitions", "rejections", "lineages"):
+                con.execute(f"DELETE FROM {table} WHERE lineage_id = ?", [lid])
+            con.execute("INSERT INTO lineages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [lid, lin["workload_name"], lin["workload_hash"], lin["proposer"], lin["start_hash"],
+                         lin["termination"], _dumps(lin["remaining"]), _dumps(lin["config"]),
+                         _dumps(lin.get("missing", [])), _now()])
+            for st in lin["states"]:
+                con.execute("INSERT INTO states VALUES (?, ?, ?, ?, ?)",
+                            [lid, st["idx"], st["kernel_hash"], st.get("eval_key"), _dumps(st)])
+            for t in lin["transitions"]:
+                con.execute("INSERT INTO transitions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [t["transition_id"], lid, t["step"], t["richer_hash"], t["simpler_hash"],
+                             t["mechanism"], t["locus"], t["eval_richer"], t["eval_simpler"],
+                             t["eval_rederived"], _dumps(t)])
+            for i, r in enumerate(lin["rejections"]):
+                con.execute("INSERT INTO rejections VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [lid, i, r["step"], r["mechanism"], r["locus"], r["kind"], r["message"],
+                             r.get("kernel_hash"), r.get("eval_key"), _dumps(r)])
+        self._write(go)
+
+    def lineages(self) -> list[dict]:
+        """Every lineage with its states, transitions and rejections, ordered by workload then id."""
+        rows = self._query("SELECT lineage_id, workload_name, workload_hash, proposer, start_hash, termination, "
+                           "remaining_json, config_json, missing_json FROM lineages "
+                           "ORDER BY workload_name, proposer, lineage_id")
+        out = []
+        for lid, wname, whash, prop, start, term, rem, cfg, miss in rows:
+            states = [json.loads(r[0]) for r in
+                      self._query("SELECT record_json FROM states WHERE lineage_id = ? ORDER BY idx", [lid])]
+            trans = [json.loads(r[0]) for r in self._query(
+                "SELECT record_json FROM transitions WHERE lineage_id = ? ORDER BY step", [lid])]
+            rej = [json.loads(r[0]) for r in self._query(
+                "SELECT record_json FROM rejections WHERE lineage_id = ? ORDER BY seq", [lid])]
+            out.append({"lineage_id": lid, "workload_name": wname, "workload_hash": whash, "proposer": prop,
+                        "start_hash": start, "termination": term, "remaining": json.loads(rem),
+                        "config": json.loads(cfg), "missing": json.loads(miss), "states": states,
+                        "transitions": trans, "rejections": rej})
+        return out
+
+    def get_lineage(self, ident: str) -> dict | None:
+        """The lineage whose id starts with `ident`, or whose workload/proposer is `ident`."""
+        hits = [l for l in self.lineages() if l["lineage_id"].startswith(ident)
+                or f"{l['workload_name']}/{l['proposer']}" == ident]
+        return hits[0] if len(hits) == 1 else None
+
+    def transitions(self) -> list[dict]:
+        return [json.loads(r[0]) for r in self._query(
+            "SELECT t.record_json FROM transitions t JOIN lineages l USING (lineage_id) "
+            "ORDER BY l.workload_name, l.proposer, t.lineage_id, t.step")]
+
+    def rejections(self) -> list[dict]:
+        return [dict(json.loads(r[1]), lineage_id=r[0]) for r in self._query(
+            "SELECT lineage_id, record_json FROM rejections ORDER BY lineage_id, seq")]
+
+    def put_skills(self, skills: list[dict]) -> None:
+        """Replace the whole skill library with `skills` (each with skill_id, name, mechanism,
+        card, card_md, evidence = transition ids)."""
+        def go(con):
+            con.execute("DELETE FROM skill_evidence")
+            con.execute("DELETE FROM skills")
+            for s in skills:
+                con.execute("INSERT INTO skills VALUES (?, ?, ?, ?, ?)",
+                            [s["skill_id"], s["name"], s["mechanism"], _dumps(s["card"]), s["card_md"]])
+                for tid in s["card"]["evidence"]:
+                    con.execute("INSERT INTO skill_evidence VALUES (?, ?)", [s["skill_id"], tid])
+        self._write(go)
+
+    def skills(self) -> list[dict]:
+        return [{"skill_id": i, "name": n, "mechanism": m, "card": json.loads(c), "card_md": md}
+                for i, n, m, c, md in self._query(
+                    "SELECT skill_id, name, mechanism, card_json, card_md FROM skills ORDER BY name, skill_id")]
+
+    def get_skill(self, ident: str) -> dict | None:
+        """The skill whose id starts with `ident` or whose name is `ident`."""
+        hits = [s for s in self.skills() if s["name"] == ident or s["skill_id"].startswith(ident)]
+        return hits[0] if len(hits) == 1 else None
+
+    def canonical_dump(self) -> dict:
+        """Lineages and skills with no timestamps, in a stable order: equal libraries dump equal."""
+        return {"lineages": self.lineages(), "skills": [{k: v for k, v in s.items()} for s in self.skills()]}
