@@ -1,0 +1,269 @@
+"""Thread coarsening: each thread handles several elements (or vectors) at once, so several
+independent loads are in flight per thread and index arithmetic is amortised. The carrier is a
+compile-time per-thread count.
+
+Detected: an integer tuning constant with value >= 2 whose name says it is a per-thread count
+(`UNROLL`, `ITEMS_PER_THREAD`, `ELEMS_PER_THREAD`, `VEC_PER_THREAD`, `COARSEN`, `ILP`, any
+`..._PER_THREAD`; camelCase `kItemsPerThread` too), written as `#define NAME N` (typically inside
+`#ifndef NAME` ... `#endif`; only the definition the preprocessor keeps counts), `constexpr int NAME
+= N;` or a template parameter default `template <int NAME = N>`, and used by kernel code as an array
+extent or a loop bound, directly or through template arguments (`kernel<BLOCK, ROW_SUM_UNROLL>`
+whose `UNROLL` sizes `float4 v[UNROLL]`, followed through nested templates).
+
+Locus: the constant's name (`ROW_SUM_UNROLL`); `function:NAME` for a template default or a
+constant declared inside a function. Deoptimize sets the value to 1 (config records the old
+value); NotApplicable when an array extent would become zero. Reoptimize sets it to the
+configuration's value (4 by default), on natural code for the named constant, or the first
+per-thread-count constant whose value is 1.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+
+import clang.cindex as ci
+import tree_sitter as ts
+
+from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail, number_loci
+from klineage.parse import semantics, syntax
+from klineage.parse.syntax import Edit, walk
+
+_NAME = re.compile(r"(?:^|_)(?:UNROLL|COARSEN|COARSENING|COARSE|ILP)(?:_|$)|PER_THREAD(?:_|$)")
+_VALUE = re.compile(rb"\s*\(?\s*(\d+)[uUlL]*\s*\)?\s*(?://.*|/\*.*)?$", re.S)
+_MAX_DEPTH = 6
+
+
+def _snake(name: str) -> str:
+    s = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).upper()
+    return s[2:] if re.match(r"K_[A-Z]", s) else s
+
+
+def per_thread_name(name: str) -> bool:
+    return bool(_NAME.search(_snake(name)))
+
+
+@functools.lru_cache(maxsize=64)
+def _macro_lines(digest: str, source: str) -> frozenset[int]:
+    """Lines of `#define`s the preprocessor keeps (libclang's record; dead #if branches have none)."""
+    index = ci.Index.create()
+    tu = index.parse(semantics._FILE, args=list(semantics.ARGS), unsaved_files=[(semantics._FILE, source)],
+                     options=ci.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD)
+    return frozenset(c.location.line for c in tu.cursor.get_children()
+                     if c.kind == ci.CursorKind.MACRO_DEFINITION and c.location.file is not None
+                     and c.location.file.name == semantics._FILE)
+
+
+def live_define(k: Kernel, node: ts.Node) -> bool:
+    return node.start_point.row + 1 in _macro_lines(hashlib.sha256(k.source.encode()).hexdigest(), k.source)
+
+
+def _constants(k: Kernel):
+    """(locus, (name, value, digits (start, end), form, scope node, defining node)) of integer constants."""
+    items = []
+    for caps in k.tree.matches("tuning_constants"):
+        name_node, value_node = caps["name"][0], caps["value"][0]
+        name = name_node.text.decode()
+        if "define" in caps:
+            node = caps["define"][0]
+            if not live_define(k, node):
+                continue
+            m = _VALUE.match(value_node.text)
+            if not m:
+                continue
+            start = value_node.start_byte + m.start(1)
+            items.append((name, (name, int(m.group(1)), (start, start + len(m.group(1))), "#define", None, node)))
+            continue
+        node = caps.get("constexpr", caps.get("default"))[0]
+        if not k.live(node):
+            continue
+        m = re.fullmatch(r"(\d+)[uUlL]*", value_node.text.decode())
+        if not m:
+            continue
+        if "default" in caps:
+            tmpl = next((a for a in syntax.ancestors(node) if a.type == "template_declaration"), None)
+            fn = next((c for c in tmpl.named_children if c.type == "function_definition"), None) if tmpl else None
+            if fn is None:
+                continue
+            scope, form, locus = tmpl, "template default", f"{syntax.function_name(fn)}:{name}"
+        else:
+            fn = syntax.enclosing_function(node)
+            scope, form = fn, "constexpr"
+            locus = f"{syntax.function_name(fn)}:{name}" if fn is not None else name
+        span = (value_node.start_byte, value_node.start_byte + len(m.group(1)))
+        items.append((locus, (name, int(m.group(1)), span, form, scope, node)))
+    items.sort(key=lambda it: it[1][5].start_byte)
+    return number_loci(items)
+
+
+def _templates(k: Kernel) -> dict[str, list[tuple[ts.Node, ts.Node]]]:
+    """Function templates by name: (template_declaration, function_definition)."""
+    out: dict[str, list] = {}
+    for n in walk(k.tree.root):
+        if n.type == "template_declaration":
+            fn = next((c for c in n.named_children if c.type == "function_definition"), None)
+            if fn is not None:
+                out.setdefault(syntax.function_name(fn), []).append((n, fn))
+    return out
+
+
+def _template_params(tmpl: ts.Node) -> list[str]:
+    plist = tmpl.child_by_field_name("parameters")
+    names = []
+    for p in plist.named_children if plist is not None else []:
+        if p.type == "comment":
+            continue
+        ident = p.child_by_field_name("declarator") or next(
+            (c for c in p.named_children if c.type in ("identifier", "type_identifier")), None)
+        names.append(ident.text.decode() if ident is not None else "")
+    return names
+
+
+def _device(fn: ts.Node | None) -> bool:
+    return fn is not None and bool({"__device__", "__global__"} & syntax.function_qualifiers(fn))
+
+
+def _uses(k: Kernel, name: str, scope: ts.Node, skip: ts.Node | None, depth: int = 0, seen=None) -> list[tuple]:
+    """Kernel-code uses of `name` under `scope`: ('extent', function, size node) / ('loop', function,
+    loop), following template arguments into the templates they instantiate."""
+    seen = seen if seen is not None else set()
+    if depth > _MAX_DEPTH:
+        return []
+    templates = _templates(k)
+    out = []
+    for n in walk(scope):
+        if n.type not in ("identifier", "type_identifier") or n.text.decode() != name:
+            continue
+        if skip is not None and skip.start_byte <= n.start_byte < skip.end_byte:
+            continue
+        if not k.live(n):
+            continue
+        fn = syntax.enclosing_function(n)
+        if _device(fn):
+            for a in syntax.ancestors(n):
+                if a.type == "array_declarator":
+                    size = a.child_by_field_name("size")
+                    if size is not None and size.start_byte <= n.start_byte < size.end_byte:
+                        out.append(("extent", syntax.function_name(fn), size))
+                    break
+                if a.type == "for_statement":
+                    body = a.child_by_field_name("body")
+                    if body is None or n.start_byte < body.start_byte:
+                        out.append(("loop", syntax.function_name(fn), a))
+                        break
+                if a.type in ("compound_statement", "function_definition"):
+                    break
+        targs = next((a for a in syntax.ancestors(n) if a.type == "template_argument_list"), None)
+        if targs is None or targs.parent is None or targs.parent.type != "template_function":
+            continue
+        callee = targs.parent.child_by_field_name("name").text.decode()
+        argv = [a for a in targs.named_children if a.type != "comment"]
+        idx = next((i for i, a in enumerate(argv) if a.start_byte <= n.start_byte < a.end_byte), None)
+        for tmpl, tfn in templates.get(callee, []):
+            params = _template_params(tmpl)
+            if idx is None or idx >= len(params) or not params[idx] or not _device(tfn):
+                continue
+            key = (tmpl.start_byte, params[idx])
+            if key in seen:
+                continue
+            seen.add(key)
+            out.extend(_uses(k, params[idx], tfn, None, depth + 1, seen))
+    return out
+
+
+def _zero_extents(k: Kernel, uses: list[tuple], name: str) -> list[str]:
+    """Array extents that would evaluate to 0 with the count set to 1."""
+    bad = []
+    for kind, fn, node in uses:
+        if kind != "extent":
+            continue
+        text = re.sub(r"\b[A-Za-z_]\w*\b", "1", k.tree.text_of(node))  # the count (and names) as 1
+        if re.fullmatch(r"[\d\s+\-*/%()]+", text):
+            try:
+                if eval(text.replace("/", "//"), {"__builtins__": {}}) == 0:
+                    bad.append(f"{fn}: [{k.tree.text_of(node)}]")
+            except (ZeroDivisionError, SyntaxError):
+                bad.append(f"{fn}: [{k.tree.text_of(node)}]")
+    return bad
+
+
+def _kernel_uses(k: Kernel, name: str, form: str, scope: ts.Node | None, node: ts.Node) -> list[tuple]:
+    if form == "template default":
+        fn = next(c for c in scope.named_children if c.type == "function_definition")
+        return _uses(k, name, fn, None)
+    return _uses(k, name, scope if scope is not None else k.tree.root, node)
+
+
+class Coarsening(Mechanism):
+    NAME = "coarsening"
+    DESCRIPTION = "thread coarsening: several elements / vectors per thread via a compile-time count"
+    PRECONDITIONS = {
+        "layout": [{"condition": "the problem size covers BLOCK*COUNT elements per block, or the kernel has a "
+                                 "bounds-checked remainder path",
+                    "fails_without": "the last block reads and writes past the end of the buffers"}],
+        "pipeline": [{"condition": "the grid is sized from the same count (blocks = ceil(n / (BLOCK*COUNT)))",
+                      "fails_without": "elements are skipped or processed twice"},
+                     {"condition": "the code stays valid with the count set to 1 (no zero-length arrays, no "
+                                   "COUNT/2 extents)",
+                      "fails_without": "the coarsening cannot be switched off: the deoptimized kernel does not "
+                                       "compile"}],
+        "storage": [{"condition": "COUNT elements of registers per thread fit the register budget",
+                     "fails_without": "register spills to local memory; the kernel gets slower"}],
+    }
+
+    def detect(self, k: Kernel) -> list[Feature]:
+        out = []
+        for locus, (name, value, span, form, scope, node) in _constants(k):
+            if value < 2 or not per_thread_name(name):
+                continue
+            uses = _kernel_uses(k, name, form, scope, node)
+            if not uses:
+                continue
+            kinds = sorted({u[0] for u in uses})
+            fns = sorted({u[1] for u in uses})
+            line = node.start_point.row + 1
+            lines = (line, line) if form == "#define" else k.lines(node)
+            out.append(Feature(self.NAME, locus, lines, anchor="per-thread count",
+                               detail=detail(value=value, form=form, uses=",".join(kinds), functions=",".join(fns)),
+                               path=(f"{k.function_of(node)} > " if scope is not None else "file > ")
+                               + f"{form} {name}"))
+        return out
+
+    def deoptimize(self, k: Kernel, feature: Feature):
+        hit = dict(_constants(k)).get(feature.locus)
+        if hit is None:
+            return NotApplicable(f"no tuning constant {feature.locus}")
+        name, value, span, form, scope, node = hit
+        if value < 2:
+            return NotApplicable(f"{name} is already {value}")
+        uses = _kernel_uses(k, name, form, scope, node)
+        zero = _zero_extents(k, uses, name)
+        if zero:
+            return NotApplicable(f"{name} = 1 gives zero-length arrays ({'; '.join(zero)}): the count cannot be "
+                                 f"switched off")
+        return self._set(k, feature.locus, hit, "1", {"name": name, "value": str(value), "form": form})
+
+    def reoptimize(self, k: Kernel, locus: str | None = None, config: dict | None = None):
+        config = config or {}
+        value = str(config.get("value", 4))
+        if not re.fullmatch(r"\d+", value) or int(value) < 2:
+            return NotApplicable(f"a per-thread count must be an integer >= 2, not {value}")
+        consts = _constants(k)
+        if locus is None:
+            locus = next((loc for loc, (name, v, span, form, scope, node) in consts
+                          if v == 1 and per_thread_name(name) and _kernel_uses(k, name, form, scope, node)), None)
+            if locus is None:
+                return NotApplicable("no per-thread count constant set to 1 that kernel code uses")
+        hit = dict(consts).get(locus)
+        if hit is None:
+            return NotApplicable(f"no tuning constant {locus}")
+        name, v, span, form, scope, node = hit
+        return self._set(k, locus, hit, value, {"name": name, "value": value, "previous": str(v), "form": form})
+
+    def _set(self, k: Kernel, locus: str, hit, value: str, config: dict):
+        name, old, (a, b), form, scope, node = hit
+        new = k.tree.edit([Edit(a, b, value)])
+        text = k.tree.text_of(node).rstrip("\n")
+        rel_a, rel_b = a - node.start_byte, b - node.start_byte
+        after = (node.text[:rel_a] + value.encode() + node.text[rel_b:]).decode().rstrip("\n")
+        return Applied(new, self.NAME, locus, before=text, after=after, config=config)

@@ -1,0 +1,470 @@
+"""Vectorized global accesses: one 8- or 16-byte (or packed 4-byte) load or store through a vector
+type (`float4`, `float2`, `int4`, `uint4`, `int2`, `uint2`, `double2`, `__half2`, `__nv_bfloat162`,
+...) instead of one access per component.
+
+Detected: a dereference `*A`, `p[i]` or `*(p + i)` of a pointer whose pointee is a vector type (the
+type of a parameter or local variable, of a `reinterpret_cast<const float4*>(...)` / C cast, or of
+pointer arithmetic on one), in device code, and the same accesses made through a cache-hint
+intrinsic (`__ldg(p)`, `__ldcs(p)`, `__stcs(p, v)`, ...).
+
+Locus: function, `load` or `store`, and the address text (`rs_load4:load:p`). A subscript `p[i]`
+is named by its address `p + i` (`p + (i + 1)` for a compound index), the way the cache_hint family
+writes it, so a load keeps its name when its cache hint comes off.
+
+Deoptimize replaces the access by a call of a scalar helper inserted once per vector type and
+direction, before the first function that accesses that type (after the includes):
+`kl_scalar_load_float4(A)` reads the four floats through `const float*` and rebuilds the vector
+with `make_float4`; `*A = v;` becomes `kl_scalar_store_float4(A, v);`, four scalar stores. A hinted
+access is not rewritten: the cache hint (cache_hint) comes off first. Reoptimize turns a helper
+call back into the vector access (the exact original text with the configuration; `*A` / `*A = v`
+on natural code that calls the helpers) and deletes the helper once nothing calls it. Turning
+hand-written per-component scalar code into a vector access is not mechanical (alignment and
+contiguity cannot be read off the text) and is not attempted.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import tree_sitter as ts
+
+from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail, number_loci, squash
+from klineage.parse import syntax
+from klineage.parse.semantics import VECTOR_TYPES, vector_name
+from klineage.parse.syntax import Edit, node_path
+
+LOAD_HINTS = ("__ldg", "__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv")
+STORE_HINTS = ("__stcs", "__stcg", "__stwt", "__stwb")
+_CASTS = ("reinterpret_cast", "static_cast", "const_cast")
+_SUFFIX = {"__half2": "half2", "__nv_bfloat162": "bfloat162"}
+_MAKE = {"__half2": "__halves2half2", "__nv_bfloat162": "__halves2bfloat162"}
+_PARTS = {"__half2": ("__low2half(v)", "__high2half(v)"),
+          "__nv_bfloat162": ("__low2bfloat16(v)", "__high2bfloat16(v)")}
+_HELPER = re.compile(r"kl_scalar_(load|store)_(\w+)")
+_BY_SUFFIX = {_SUFFIX.get(v, v): v for v in VECTOR_TYPES}
+
+
+# ---------------------------------------------------------------- declarations and pointer types
+# (also used by the warp_reduction and smem_staging families)
+
+@dataclass(frozen=True)
+class Decl:
+    """A declared name: its type text as written (qualifiers included), pointer depth, and form."""
+    name: str
+    type: str
+    pointers: int
+    array: bool
+    reference: bool
+    node: ts.Node      # the declaration or parameter_declaration
+    line: int
+
+
+def strip_parens(n: ts.Node | None) -> ts.Node | None:
+    while n is not None and n.type == "parenthesized_expression" and n.named_child_count == 1:
+        n = n.named_children[0]
+    return n
+
+
+def paren(text: str) -> str:
+    """`text` as an operand: bare for a name or number, parenthesised otherwise."""
+    return text if re.fullmatch(r"[A-Za-z_]\w*|\d+[uUlL]*", text) else f"({text})"
+
+
+def declarators(decl: ts.Node):
+    """(name, pointers, array, reference) for every declarator of a declaration."""
+    for d in decl.children_by_field_name("declarator"):
+        pointers, array, ref = 0, False, False
+        while d is not None and d.type != "identifier":
+            if d.type == "pointer_declarator":
+                pointers += 1
+            elif d.type == "array_declarator":
+                array = True
+            elif d.type == "reference_declarator":
+                ref = True
+            elif d.type not in ("init_declarator", "parenthesized_declarator"):
+                d = None
+                break
+            d = d.child_by_field_name("declarator") or next(
+                (c for c in d.named_children if c.type.endswith("declarator") or c.type == "identifier"), None)
+        if d is not None:
+            yield d.text.decode(), pointers, array, ref
+
+
+def _type_text(decl: ts.Node) -> str:
+    quals = [c.text.decode() for c in decl.children if c.type == "type_qualifier"]
+    t = decl.child_by_field_name("type")
+    return " ".join(quals + ([t.text.decode()] if t is not None else []))
+
+
+def _decl_in(k: Kernel, node: ts.Node, name: str) -> Decl | None:
+    for dname, pointers, array, ref in declarators(node):
+        if dname != name:
+            continue
+        tname = _type_text(node)
+        line = node.start_point.row + 1
+        if re.search(r"\bauto\b", tname):  # deduced: ask libclang
+            spelled = next((t for (n, ln), t in k.sem.var_types.items() if n == name
+                            and line <= ln <= node.end_point.row + 1), None)
+            if spelled is None:
+                return None
+            return Decl(name, spelled.replace("*", " ").replace("&", " ").strip(), spelled.count("*"),
+                        "[" in spelled, "&" in spelled, node, line)
+        return Decl(name, tname, pointers, array, ref, node, line)
+    return None
+
+
+def declared(k: Kernel, name: str, use: ts.Node) -> Decl | None:
+    """The declaration of `name` visible at `use`: a local of an enclosing block (declared before
+    the use), a for-loop variable, a parameter, or a file-scope declaration."""
+    for a in syntax.ancestors(use):
+        if a.type in ("compound_statement", "translation_unit", "declaration_list"):
+            found = None
+            for c in a.named_children:
+                if c.start_byte >= use.start_byte:
+                    break
+                if c.type == "declaration":
+                    found = _decl_in(k, c, name) or found
+            if found is not None:
+                return found
+        elif a.type == "for_statement":
+            init = a.child_by_field_name("initializer")
+            if init is not None and init.type == "declaration" and init.end_byte <= use.start_byte:
+                found = _decl_in(k, init, name)
+                if found is not None:
+                    return found
+        elif a.type == "function_definition":
+            fdecl = a.child_by_field_name("declarator")
+            while fdecl is not None and fdecl.type != "function_declarator":
+                fdecl = fdecl.child_by_field_name("declarator")
+            params = fdecl.child_by_field_name("parameters") if fdecl is not None else None
+            for p in (params.named_children if params is not None else []):
+                if p.type in ("parameter_declaration", "optional_parameter_declaration"):
+                    found = _decl_in(k, p, name)
+                    if found is not None:
+                        return found
+    return None
+
+
+def _descriptor_vector(desc: ts.Node) -> str | None:
+    text = desc.text.decode()
+    return vector_name(text) if text.count("*") == 1 and "&" not in text else None
+
+
+def pointer_vector(k: Kernel, expr: ts.Node | None) -> str | None:
+    """The vector type an expression points to (`const float4*` -> 'float4'), else None."""
+    e = strip_parens(expr)
+    if e is None:
+        return None
+    if e.type == "identifier":
+        d = declared(k, e.text.decode(), e)
+        return vector_name(d.type) if d and d.pointers == 1 and not d.array and not d.reference else None
+    if e.type == "binary_expression":
+        op = e.child_by_field_name("operator").type
+        if op in ("+", "-"):
+            left = pointer_vector(k, e.child_by_field_name("left"))
+            return left or (pointer_vector(k, e.child_by_field_name("right")) if op == "+" else None)
+        return None
+    if e.type == "update_expression":
+        return pointer_vector(k, e.child_by_field_name("argument"))
+    if e.type == "cast_expression":
+        return _descriptor_vector(e.child_by_field_name("type"))
+    if e.type == "pointer_expression" and e.child_by_field_name("operator").type == "&":
+        arg = strip_parens(e.child_by_field_name("argument"))
+        if arg is not None and arg.type == "subscript_expression":
+            return pointer_vector(k, arg.child_by_field_name("argument"))
+        return None
+    if e.type == "call_expression":
+        fn = e.child_by_field_name("function")
+        if fn is not None and fn.type == "template_function" and fn.child_by_field_name("name").text.decode() in _CASTS:
+            desc = next((c for c in fn.child_by_field_name("arguments").named_children
+                         if c.type == "type_descriptor"), None)
+            return _descriptor_vector(desc) if desc is not None else None
+    return None
+
+
+def device_function(node: ts.Node) -> ts.Node | None:
+    fn = syntax.enclosing_function(node)
+    if fn is None or not ({"__device__", "__global__"} & syntax.function_qualifiers(fn)):
+        return None
+    return fn
+
+
+def statement_of(node: ts.Node) -> ts.Node:
+    n = node
+    while n.parent is not None and n.parent.type not in ("compound_statement", "translation_unit") and not (
+            n.type.endswith("_statement") or n.type == "declaration"):
+        n = n.parent
+    return n
+
+
+def top_level(fn: ts.Node) -> ts.Node:
+    """The function's outermost node (its template_declaration, if any)."""
+    while fn.parent is not None and fn.parent.type == "template_declaration":
+        fn = fn.parent
+    return fn
+
+
+def line_start(data: bytes, pos: int) -> int:
+    return data.rfind(b"\n", 0, pos) + 1
+
+
+# ---------------------------------------------------------------- accesses
+
+@dataclass(frozen=True)
+class _Access:
+    node: ts.Node            # the dereference, subscript or hint call
+    target: ts.Node          # what deoptimize replaces: the access (load) or the assignment (store)
+    kind: str                # "load" | "store"
+    vector: str
+    address: str             # address text, as the helper call's argument
+    form: str                # "deref" | "subscript" | the hint intrinsic
+    hint: str | None
+    function: str
+    fn: ts.Node
+    value: str | None = None  # stored value text
+
+
+def _use_context(node: ts.Node):
+    """('load'|'store'|None, assignment) for an access expression; None means skip it."""
+    n = node
+    while n.parent is not None and n.parent.type == "parenthesized_expression":
+        n = n.parent
+    p = n.parent
+    if p is None:
+        return None, None
+    if p.type == "field_expression" and p.child_by_field_name("argument") == n:
+        return None, None  # `p[i].x`: a scalar component access
+    if p.type == "pointer_expression" and p.child_by_field_name("operator").type == "&":
+        return None, None  # address taken, nothing accessed
+    if p.type in ("update_expression", "sizeof_expression", "decltype"):
+        return None, None
+    if p.type == "assignment_expression" and p.child_by_field_name("left") == n:
+        return ("store", p) if p.child_by_field_name("operator").type == "=" else (None, None)
+    if p.type == "init_declarator" and any(c.type == "reference_declarator" for c in p.named_children):
+        return None, None
+    return "load", None
+
+
+def _accesses(k: Kernel) -> list[tuple[str, _Access]]:
+    found: list[_Access] = []
+    for caps in k.tree.matches("derefs"):
+        node = (caps.get("deref") or caps.get("subscript"))[0]
+        fn = device_function(node)
+        if fn is None or _HELPER.fullmatch(syntax.function_name(fn)) or not k.live(node):
+            continue
+        if "deref" in caps:
+            ptr = caps["address"][0]
+            address, form = k.tree.text_of(strip_parens(ptr)), "deref"
+        else:
+            ptr = caps["base"][0]
+            inner = k.tree.text_of(caps["index"][0])[1:-1].strip()
+            address, form = f"{k.tree.text_of(ptr)} + {paren(inner)}", "subscript"
+        kind, assign = _use_context(node)
+        if kind is None:
+            continue
+        vec = pointer_vector(k, ptr)
+        if vec is None:
+            continue
+        target = assign if assign is not None else node
+        value = k.tree.text_of(assign.child_by_field_name("right")) if assign is not None else None
+        found.append(_Access(node, target, kind, vec, address, form, None, syntax.function_name(fn), fn, value))
+    for caps in k.tree.matches("calls"):
+        callee, call = caps["callee"][0].text.decode(), caps["call"][0]
+        argv = [a for a in caps["args"][0].named_children if a.type != "comment"]
+        if not ((callee in LOAD_HINTS and len(argv) == 1) or (callee in STORE_HINTS and len(argv) == 2)):
+            continue
+        fn = device_function(call)
+        if fn is None or not k.live(call):
+            continue
+        vec = pointer_vector(k, argv[0])
+        if vec is None:
+            continue
+        kind = "load" if callee in LOAD_HINTS else "store"
+        found.append(_Access(call, call, kind, vec, k.tree.text_of(strip_parens(argv[0])), callee, callee,
+                             syntax.function_name(fn), fn,
+                             k.tree.text_of(argv[1]) if kind == "store" else None))
+    found.sort(key=lambda a: a.node.start_byte)
+    return number_loci([(f"{a.function}:{a.kind}:{squash(a.address)}", a) for a in found])
+
+
+# ---------------------------------------------------------------- helpers
+
+def helper_name(kind: str, vec: str) -> str:
+    return f"kl_scalar_{kind}_{_SUFFIX.get(vec, vec)}"
+
+
+def helper_text(kind: str, vec: str) -> str:
+    elem, lanes, _ = VECTOR_TYPES[vec]
+    name = helper_name(kind, vec)
+    if kind == "load":
+        make = _MAKE.get(vec, f"make_{vec}")
+        args = ", ".join(f"s[{i}]" for i in range(lanes))
+        return (f"__device__ __forceinline__ {vec} {name}(const {vec}* p) {{\n"
+                f"    const {elem}* s = reinterpret_cast<const {elem}*>(p);\n"
+                f"    return {make}({args});\n"
+                f"}}\n")
+    parts = _PARTS.get(vec) or tuple(f"v.{c}" for c in "xyzw"[:lanes])
+    stores = " ".join(f"d[{i}] = {p};" for i, p in enumerate(parts))
+    return (f"__device__ __forceinline__ void {name}({vec}* p, {vec} v) {{\n"
+            f"    {elem}* d = reinterpret_cast<{elem}*>(p);\n"
+            f"    {stores}\n"
+            f"}}\n")
+
+
+def _helper_defs(k: Kernel, name: str) -> list[ts.Node]:
+    return [f for f in syntax.functions(k.tree) if syntax.function_name(f) == name]
+
+
+def _helper_calls(k: Kernel):
+    """Calls of kl_scalar_* helpers: (call, kind, vector, argv, function node), source order."""
+    out = []
+    for caps in k.tree.matches("calls"):
+        m = _HELPER.fullmatch(caps["callee"][0].text.decode())
+        if not m or m.group(2) not in _BY_SUFFIX:
+            continue
+        call = caps["call"][0]
+        argv = [a for a in caps["args"][0].named_children if a.type != "comment"]
+        out.append((call, m.group(1), _BY_SUFFIX[m.group(2)], argv, syntax.enclosing_function(call)))
+    return out
+
+
+def _insert_at(k: Kernel, fn: ts.Node) -> int:
+    """Line start of the function's outermost node, above the comment lines directly over it."""
+    node = top_level(fn)
+    while True:
+        prev = node.prev_named_sibling
+        if prev is None or prev.type != "comment" or prev.end_point.row + 1 != node.start_point.row:
+            break
+        if k.tree.data[line_start(k.tree.data, prev.start_byte):prev.start_byte].strip():
+            break  # a trailing comment of code on that line
+        node = prev
+    return line_start(k.tree.data, node.start_byte)
+
+
+# ---------------------------------------------------------------- the family
+
+class VectorAccess(Mechanism):
+    NAME = "vector_access"
+    DESCRIPTION = "vectorized global loads/stores (float4, float2, int4, uint4, half2, bfloat162, ...)"
+    PRECONDITIONS = {
+        "data_types": [{"condition": "the data is read and written as whole vectors of the element type "
+                                     "(e.g. 4 floats or 8 bf16 packed into a uint4)",
+                        "fails_without": "a reinterpretation across mismatched element types computes garbage"}],
+        "layout": [{"condition": "every vector address is aligned to the vector size (16 bytes for float4/uint4, "
+                                 "8 for float2, 4 for half2) and the elements are contiguous",
+                    "fails_without": "misaligned vector access: cudaErrorMisalignedAddress at run time"},
+                   {"condition": "the element count is a multiple of the vector width, or a scalar tail "
+                                 "handles the remainder",
+                    "fails_without": "the last vector reads or writes past the end of the buffer"}],
+        "hardware": [{"condition": "128-bit load/store instructions (LDG.128 / STG.128), any CUDA GPU",
+                      "fails_without": "nothing: every supported GPU has them"}],
+    }
+
+    def detect(self, k: Kernel) -> list[Feature]:
+        out = []
+        for locus, a in _accesses(k):
+            _, lanes, nbytes = VECTOR_TYPES[a.vector]
+            out.append(Feature(self.NAME, locus, k.lines(a.target), anchor=f"global {a.kind}",
+                               detail=detail(vector=a.vector, lanes=lanes, bytes=nbytes, form=a.form),
+                               path=node_path(k.tree, a.node)))
+        return out
+
+    def deoptimize(self, k: Kernel, feature: Feature):
+        a = dict(_accesses(k)).get(feature.locus)
+        if a is None:
+            return NotApplicable(f"no vector access at {feature.locus}")
+        if a.hint:
+            return NotApplicable(f"the {a.kind} goes through the cache hint {a.hint}: remove the cache hint "
+                                 f"first (cache_hint), then the vector access")
+        if a.vector not in VECTOR_TYPES:
+            return NotApplicable(f"no scalar helper for {a.vector}")
+        name = helper_name(a.kind, a.vector)
+        if a.kind == "store":
+            if a.target.parent is None or a.target.parent.type != "expression_statement":
+                return NotApplicable("a vector store used as a value cannot become a helper call")
+            call = f"{name}({a.address}, {a.value})"
+        else:
+            call = f"{name}({a.address})"
+        edits = [Edit(a.target.start_byte, a.target.end_byte, call)]
+        defs = _helper_defs(k, name)
+        shift = 0
+        if defs:
+            if top_level(defs[0]).start_byte > top_level(a.fn).start_byte:
+                return NotApplicable(f"{name} is defined after {a.function}: it cannot be called there")
+        else:
+            # before the first function accessing this vector type this way (a stable place: the set
+            # of such functions does not change when one of their accesses is rewritten)
+            first = min((x.fn for _, x in _accesses(k) if (x.kind, x.vector) == (a.kind, a.vector)),
+                        key=lambda f: f.start_byte)
+            at = _insert_at(k, first)
+            text = helper_text(a.kind, a.vector)
+            edits.append(Edit(at, at, text))
+            shift = len(text.encode())
+        stmt = statement_of(a.target)
+        new = k.tree.edit(edits)
+        nk = Kernel(new)
+        same = [c for c, *_, f in _helper_calls(nk) if f is not None and syntax.function_name(f) == a.function
+                and squash(nk.tree.text_of(c)) == squash(call)]
+        ours = next(i for i, c in enumerate(same) if c.start_byte == a.target.start_byte + shift)
+        return Applied(new, self.NAME, feature.locus, before=k.tree.text_of(stmt),
+                       after=nk.tree.text_of(statement_of(same[ours])),
+                       config={"kind": a.kind, "vector": a.vector, "function": a.function,
+                               "access": k.tree.text_of(a.target), "call": call, "ordinal": ours,
+                               "helper": name, "inserted_helper": shift > 0})
+
+    def reoptimize(self, k: Kernel, locus: str | None = None, config: dict | None = None):
+        config = config or {}
+        calls = [c for c in _helper_calls(k) if c[4] is not None and k.live(c[0])]
+        if not calls:
+            return NotApplicable("no kl_scalar_* helper call to turn back into a vector access")
+
+        def natural_locus(c):
+            call, kind, vec, argv, f = c
+            return f"{syntax.function_name(f)}:{kind}:{squash(k.tree.text_of(argv[0]))}" if argv else ""
+
+        pick = None
+        if config.get("call"):
+            same = [c for c in calls if syntax.function_name(c[4]) == config.get("function")
+                    and squash(k.tree.text_of(c[0])) == squash(config["call"])]
+            if same:
+                pick = same[min(int(config.get("ordinal", 0)), len(same) - 1)]
+        elif locus:
+            pick = next((c for c in calls if natural_locus(c) == locus.split("#")[0]), None)
+        else:
+            pick = calls[0]
+        if pick is None:
+            return NotApplicable(f"no helper call at {locus or config.get('call')}")
+        call, kind, vec, argv, f = pick
+        want = 2 if kind == "store" else 1
+        if len(argv) != want:
+            return NotApplicable(f"{k.tree.text_of(call)} does not have {want} argument(s)")
+        if config.get("access") and config.get("call"):
+            text = config["access"]
+        elif kind == "load":
+            text = "*" + paren(k.tree.text_of(argv[0]))
+        else:
+            if call.parent is None or call.parent.type != "expression_statement":
+                return NotApplicable("a helper store used as a value cannot become an assignment")
+            text = f"*{paren(k.tree.text_of(argv[0]))} = {k.tree.text_of(argv[1])}"
+        edits = [Edit(call.start_byte, call.end_byte, text)]
+        name = helper_name(kind, vec)
+        others = [c for c in _helper_calls(k) if c[0] != call and helper_name(c[1], c[2]) == name]
+        dropped = False
+        if not others:
+            for d in _helper_defs(k, name):
+                node = top_level(d)
+                end = node.end_byte + (1 if k.tree.data[node.end_byte:node.end_byte + 1] == b"\n" else 0)
+                start = line_start(k.tree.data, node.start_byte)
+                if k.tree.data[start:node.start_byte].strip():
+                    start = node.start_byte
+                edits.append(Edit(start, end, ""))
+                dropped = True
+        stmt = statement_of(call)
+        stmt_text = k.tree.text_of(stmt)
+        new = k.tree.edit(edits)
+        fname = syntax.function_name(f)
+        out_locus = locus or f"{fname}:{kind}:{squash(k.tree.text_of(argv[0]))}"
+        return Applied(new, self.NAME, out_locus, before=stmt_text,
+                       after=stmt_text.replace(k.tree.text_of(call), text, 1),
+                       config={"kind": kind, "vector": vec, "function": fname, "helper": name,
+                               "dropped_helper": dropped})
