@@ -18,7 +18,11 @@ A workload file is plain Python defining these module-level names (all required 
                 oracle
     VENDOR_NAME str, what ``vendor`` runs ("torch eager x.sum(dim=1)")
     BENCHMARK_CASES  list of shapes (dicts of ints)
-    PROBE_SHAPES     list of shapes stressing the kernels' assumptions
+    PROBE_SHAPES     list of shapes stressing the kernels' assumptions. A shape may carry the
+                reserved key "offset" (elements): every pointer argument of that call is then
+                passed `offset` elements past a 256-byte-aligned allocation, so a kernel that
+                assumes 16-byte-aligned bases meets a misaligned one (the ABI only promises the
+                element's own alignment). scalars() and the other functions ignore the key.
     TOLERANCE   {"rtol": float, "atol": float, "min_matched": float in (0, 1]}
     bytes_moved(shape) -> int, the fewest bytes any kernel must move through device memory
     flops(shape) -> int, the floating-point operations of the computation
@@ -50,6 +54,8 @@ DTYPE_C = {
 }
 SCALAR_C = {"int": "int", "int64": "long long", "float": "float"}
 ROLES = ("in", "out", "inout")
+OFFSET_KEY = "offset"  # reserved shape key: pointer arguments passed this many elements past alignment
+MAX_OFFSET = 64
 CALLABLES = ("make_inputs", "outputs", "scalars", "reference", "vendor", "bytes_moved", "flops")
 
 
@@ -129,6 +135,11 @@ class Workload:
     def c_signature(self) -> str:
         params = ", ".join([a.c_decl for a in self.args] + ["cudaStream_t stream"])
         return f'extern "C" cudaError_t {self.entry}({params})'
+
+    @staticmethod
+    def pointer_offset(shape: dict) -> int:
+        """Elements every pointer argument is offset from an aligned base for this shape (0 if none)."""
+        return int(shape.get(OFFSET_KEY, 0))
 
     def all_shapes(self) -> list[tuple[str, dict]]:
         """(kind, shape) for every benchmark case then every probe shape."""
@@ -215,6 +226,9 @@ def _check_shapes(path: Path, name: str, raw) -> tuple[dict, ...]:
         for k, v in shape.items():
             if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise _fail(path, f"{name}[{i}]", f"{k!r}: {v!r} is not a positive int")
+        if shape.get(OFFSET_KEY, 0) > MAX_OFFSET:
+            raise _fail(path, f"{name}[{i}]", f"{OFFSET_KEY!r}: {shape[OFFSET_KEY]} elements; at most "
+                        f"{MAX_OFFSET} (a misaligned base needs only a few elements)")
         out.append(dict(shape))
     return tuple(out)
 

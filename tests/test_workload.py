@@ -49,6 +49,8 @@ def _write(tmp_path, text):
     (lambda s: s.replace('BENCHMARK_CASES = [{"rows": 16384, "cols": 4096}', 'BENCHMARK_CASES = [{"rows": -1, "cols": 4096}'), "BENCHMARK_CASES[0]"),
     (lambda s: s.replace("return 4 * shape[\"rows\"] * shape[\"cols\"] + 4 * shape[\"rows\"]", "return 1.5"), "bytes_moved"),
     (lambda s: s.replace('ENTRY = "row_sum"', 'ENTRY = "row sum"'), "ENTRY"),
+    (lambda s: s.replace('BENCHMARK_CASES = [{"rows": 16384, "cols": 4096}',
+                         'BENCHMARK_CASES = [{"rows": 16384, "cols": 4096, "offset": 1000}'), "BENCHMARK_CASES[0]"),
 ])
 def test_bad_workload_names_file_and_field(tmp_path, edit, field):
     d = _write(tmp_path, edit(GOOD))
@@ -72,3 +74,20 @@ def test_missing_file(tmp_path):
 
 def test_find_workload_for_kernel():
     assert find_workload_for(ROOT / "expert_kernels" / "row_sum" / "expert.cu") == ROOT / "expert_kernels" / "row_sum"
+
+
+def test_offset_shapes_place_every_pointer_past_alignment():
+    torch = pytest.importorskip("torch")
+    from klineage.gate.worker import _empty_at, place_inputs
+    wl = load_workload(Path("expert_kernels/row_sum"))
+    assert wl.pointer_offset({"rows": 3, "cols": 5}) == 0
+    shape = {"rows": 3, "cols": 5, "offset": 1}
+    assert wl.pointer_offset(shape) == 1
+    x = torch.arange(15, dtype=torch.float32).reshape(3, 5)
+    placed = place_inputs(wl, shape, {"x": x})["x"]
+    assert torch.equal(placed, x) and placed.is_contiguous()
+    assert placed.data_ptr() % 16 == 4  # one fp32 element past a 16-byte boundary
+    out = _empty_at((3,), torch.float32, 1, "cpu")
+    assert out.shape == (3,) and out.data_ptr() % 16 == 4
+    plain = place_inputs(wl, {"rows": 3, "cols": 5}, {"x": x})["x"]
+    assert plain.data_ptr() % 16 == 0 and plain.data_ptr() != x.data_ptr()
