@@ -162,6 +162,8 @@ class Gate:
             found = self.store.find_evaluations(kernel_hash=khash, workload_hash=workload.content_hash,
                                                 request_match=match)
             if found:
+                # Every evaluation used traces back to its kernel source, replayed ones included.
+                self.store.put_kernel(khash, source, origin)
                 return GateResult.from_record(found[0], "replayed" if replay else "stored")
         if replay:
             raise ReplayMissingError(

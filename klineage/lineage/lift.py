@@ -70,6 +70,26 @@ def _diff(a: str, b: str, limit: int = 80) -> str:
     return "\n".join(lines[:limit] + ([f"... ({len(lines) - limit} more diff lines)"] if len(lines) > limit else []))
 
 
+def _changed_code(simpler: str, richer: str, limit: int = 40) -> tuple[str, str]:
+    """The code a ladder step removed and added (comments and blank lines left out), for the
+    carrier's before/after of a step that no single rewrite describes."""
+    from klineage.gate.guard import strip_comments
+
+    def code_lines(src):  # original lines that hold code (comment-only and blank lines dropped)
+        return [o for o, c in zip(src.splitlines(), strip_comments(src)[0].splitlines()) if c.strip()]
+    a, b = code_lines(simpler), code_lines(richer)
+    removed, added = [], []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag in ("replace", "delete"):
+            removed += a[i1:i2]
+        if tag in ("replace", "insert"):
+            added += b[j1:j2]
+
+    def clip(lines):
+        return "\n".join(lines[:limit] + ([f"// ... {len(lines) - limit} more lines"] if len(lines) > limit else []))
+    return clip(removed), clip(added)
+
+
 def _feature_pairs(features: list[dict]) -> set[tuple[str, str]]:
     return {(f["anchor"], f["mechanism"]) for f in features}
 
@@ -115,7 +135,10 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
                                  "transition_id": t["transition_id"]})
         speedups = [c["speedup"] for c in per_case] or [1.0]
         med = statistics.median(speedups)
-        spread = (max(speedups) - min(speedups)) / med if len(speedups) > 1 else (per_case[0]["spread"] if per_case else 0.0)
+        # spread: the largest trial-to-trial spread of any case (how repeatable each figure is);
+        # the range across cases (how much the gain depends on the case) is reported apart.
+        spread = max((c["spread"] for c in per_case), default=0.0)
+        case_range = [min(speedups), max(speedups)]
         platforms = sorted({c["platform"] for c in per_case})
         cases = sorted({f"{c['workload']} {c['shape_text']}" for c in per_case})
         examples = []
@@ -154,8 +177,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
         simpler_src, richer_src = source_of(first["simpler_hash"]), source_of(first["richer_hash"])
         carrier_before, carrier_after = first["after"], first["before"]
         if first["declared"] and simpler_src is not None and richer_src is not None:
-            carrier_before = f"// {first['after']}"
-            carrier_after = _diff(simpler_src, richer_src)
+            carrier_before, carrier_after = _changed_code(simpler_src, richer_src)
         paths = sorted({f.get("path") or f["locus"] for t in ts for f in t["features_richer"]
                         if f["mechanism"] == mech_name and f["locus"] == t["locus"]}) or [
             f"{t['workload_name']}: {t['locus']}" for t in ts]
@@ -169,7 +191,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
                         "example_configuration": examples,
                         "diff": _diff(simpler_src, richer_src) if simpler_src and richer_src else ""},
             "preconditions": pre,
-            "effects": {"median_speedup": med, "spread": spread, "per_case": per_case},
+            "effects": {"median_speedup": med, "spread": spread, "case_range": case_range, "per_case": per_case},
             "evidence": [t["transition_id"] for t in ts],
             "evaluations": sorted({k for t in ts for k in (t["eval_richer"], t["eval_simpler"], t["eval_rederived"])}),
             "risks": risks,
@@ -187,7 +209,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
         }
         example_text = ", ".join(f"{k}={v}" for k, v in list(examples[0].items())[:3]) if examples else ""
         card["intent"] = render("intent.j2", description=description[:1].upper() + description[1:], anchor=anchor, examples=example_text,
-                                cases=", ".join(cases), median=med, n=len(ts), spread=spread,
+                                cases=", ".join(cases), median=med, n=len(ts), spread=spread, case_range=case_range,
                                 platforms=", ".join(platforms) or "no measured platform").strip()
         check_contract(card, ts)
         skills.append({"skill_id": skill_id, "name": name, "mechanism": mech_name, "card": card,

@@ -292,8 +292,12 @@ class Store(LibraryMixin):
     # -- evaluations ------------------------------------------------------------------------------
 
     @staticmethod
-    def _put_row(con, row: dict, replace: bool) -> bool:
-        exists = con.execute("SELECT 1 FROM evaluations WHERE eval_key = ?", [row["eval_key"]]).fetchone()
+    def _put_row(con, row: dict, replace: bool | str) -> bool:
+        """replace: False keeps a stored key, True overwrites it, "newer" overwrites it only with a
+        later measurement (recorded_at) of the same request."""
+        exists = con.execute("SELECT recorded_at FROM evaluations WHERE eval_key = ?", [row["eval_key"]]).fetchone()
+        if exists and replace == "newer":
+            replace = str(row["recorded_at"]) > str(exists[0])
         if exists and not replace:
             return False
         if exists:
@@ -363,6 +367,10 @@ class Store(LibraryMixin):
     def import_evaluations(self, path: str | Path) -> tuple[int, int]:
         """Read JSON Lines records into the database; returns (inserted, skipped as already present).
 
+        Two records of one request key (the same kernel, workload, settings, toolchain and GPU
+        measured twice, e.g. by the gate run and by a mining run) keep the later measurement,
+        whichever file is imported first, so a replay sees what the latest live run saw.
+
         The whole file is checked first and written in one transaction: a malformed line raises
         StoreError naming the file and line, and nothing from the file is inserted."""
         p = Path(path)
@@ -387,7 +395,7 @@ class Store(LibraryMixin):
         def go(con):
             ins = skip = 0
             for row in rows:
-                if self._put_row(con, row, replace=False):
+                if self._put_row(con, row, replace="newer"):
                     ins += 1
                 else:
                     skip += 1
