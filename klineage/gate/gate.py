@@ -89,6 +89,7 @@ class GateConfig:
     guard: bool = True  # False only for gallery experiments that test the dynamic defenses
     stall_s: float = 60.0
     total_s: float = 900.0
+    round: int = 1  # >1: a repeat measurement (another fresh worker process), keyed apart from round 1
 
 
 class Gate:
@@ -116,6 +117,7 @@ class Gate:
             "flags": list(cfg.extra_flags),
             "nvcc": compiled.nvcc_version if compiled else None,
             "guard": cfg.guard,
+            **({"round": cfg.round} if cfg.round != 1 else {}),
         }
 
     def _store_result(self, res: GateResult, request: dict, source: str, origin: str | None,

@@ -113,8 +113,12 @@ def check_contract(card: dict, transitions: list[dict]) -> None:
             raise ValueError(f"skill {card['name']}: conflicts {sorted(conf)} present in {t['transition_id']}")
 
 
-def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[str], str | None]) -> list[dict]:
-    """Skills from accepted transitions (sorted by name); `source_of(kernel_hash)` gives a source."""
+def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[str], str | None],
+         analysis=None) -> list[dict]:
+    """Skills from accepted transitions (sorted by name); `source_of(kernel_hash)` gives a source.
+    `analysis` (lineage/analyze.Analysis) adds repeat-round effects, probes, static and compile
+    evidence per transition, and admission verdicts per skill."""
+    per_t = analysis.per_transition if analysis is not None else {}
     mechs = registry()
     groups: dict[tuple[str, str], list[dict]] = {}
     for t in transitions:
@@ -127,10 +131,19 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
         first = ts[0]
         per_case = []
         for t in ts:
+            rounds = per_t.get(t["transition_id"], {}).get("rounds", [])
             for e in t["effects"]:
+                later = [next((x for x in r["effects"] if x["shape"] == e["shape"]), None) for r in rounds]
+                later = [x for x in later if x is not None]
+                trials = list(e["trial_speedups"]) + [v for x in later for v in x["trial_speedups"]]
+                med_t = statistics.median(trials)
+                spread_t = (max(trials) - min(trials)) / med_t if med_t else 0.0
                 per_case.append({"workload": t["workload_name"], "shape": e["shape"], "shape_text": shape_text(e["shape"]),
                                  "platform": _platform(t["env"]), "speedup": e["speedup"],
-                                 "trial_speedups": e["trial_speedups"], "spread": e["spread"],
+                                 "trial_speedups": e["trial_speedups"], "spread": spread_t,
+                                 "workers": 1 + len(later),
+                                 "worker_speedups": [e["speedup"]] + [x["speedup"] for x in later],
+                                 "label": effect_label(trials),
                                  "richer_us": e["richer_us"], "simpler_us": e["simpler_us"],
                                  "transition_id": t["transition_id"]})
         speedups = [c["speedup"] for c in per_case] or [1.0]
@@ -151,21 +164,36 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
             if cfg and cfg not in examples:
                 examples.append(cfg)
         pre = {c: [] for c in CATEGORIES}
+        rich = next((f for f in first["features_richer"] if f["mechanism"] == mech_name
+                     and f["locus"] == first["locus"]), None)
         for cat, items in (mech.PRECONDITIONS if mech else {}).items():
             for it in items:
-                lines = None
-                rich = next((f for f in first["features_richer"] if f["mechanism"] == mech_name
-                             and f["locus"] == first["locus"]), None)
-                if rich:
-                    lines = rich["lines"]
-                pre[cat].append({"condition": it["condition"], "fails_without": it["fails_without"],
-                                 "evidence": "static: implied by the mechanism's carrier",
-                                 "lines": lines, "kernel": first["richer_hash"][:12]})
+                _add_pre(pre, cat, {"condition": it["condition"], "fails_without": it["fails_without"],
+                                    "evidence": "declared: the mechanism family's known precondition",
+                                    "source": "declared", "lines": rich["lines"] if rich else None,
+                                    "kernel": first["richer_hash"][:12]})
+        probes_tried, probe_risks, compile_checked = [], [], {}
+        for t in ts:
+            a = per_t.get(t["transition_id"], {})
+            for it in a.get("static", []):
+                _add_pre(pre, it["category"], {**{k: v for k, v in it.items() if k != "category"}, "source": "static"})
+            pr = a.get("probe") or {}
+            for it in pr.get("preconditions", []):
+                _add_pre(pre, it["category"], {**{k: v for k, v in it.items() if k != "category"}, "source": "probe"})
+            probe_risks += [dict(r, workload=t["workload_name"], transition_id=t["transition_id"])
+                            for r in pr.get("risks", [])]
+            probes_tried += [f"{t['workload_name']} {n}" for n in pr.get("tried", []) if f"{t['workload_name']} {n}" not in probes_tried]
+            sc = a.get("scope") or {}
+            for it in sc.get("preconditions", []):
+                _add_pre(pre, "hardware", {**{k: v for k, v in it.items() if k != "category"}, "source": "compile"})
+            for arch, v in (sc.get("compile_checked") or {}).items():
+                compile_checked[arch] = compile_checked.get(arch, True) and bool(v.get("richer"))
         risks = [{"kind": r["kind"], "message": r["message"], "locus": r["locus"], "status": r.get("status"),
                   "eval_key": r.get("eval_key"), "lineage_id": r.get("lineage_id"),
                   "workload": r.get("workload_name", ""), "failing_shapes": r.get("failing_shapes", [])}
                  for r in rejections if r["mechanism"] == mech_name
-                 and r["kind"] not in ("not_applicable", "replay_missing")]
+                 and r["kind"] not in ("not_applicable", "replay_missing")] + probe_risks
+        probed = any((per_t.get(t["transition_id"], {}).get("probe") or {}).get("probed") for t in ts)
         before_common = set.intersection(*[_feature_pairs(t["features_simpler"]) for t in ts])
         provides = sorted({(anchor, mech_name)})
         requires = sorted(p for p in before_common if p[1] in {f["mechanism"] for f in first["features_richer"]
@@ -196,9 +224,16 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
             "evaluations": sorted({k for t in ts for k in (t["eval_richer"], t["eval_simpler"], t["eval_rederived"])}),
             "risks": risks,
             "risks_empty_reason": "" if risks else (
-                "no rejected attempt of this mechanism is on record and no probe has violated it yet "
-                "(precondition probing runs in a later stage)"),
-            "scope": {"cases": cases, "languages": [LANGUAGE], "platforms": platforms, "prior_mechanisms": prior},
+                f"no rejected attempt of this mechanism is on record and {probe_summary(probes_tried)}" if probed
+                else "no rejected attempt of this mechanism is on record; its kernels were not probed"),
+            "probing": {"probed": probed, "tried": probes_tried,
+                        "violating": sorted({r["probe"] for r in probe_risks}),
+                        "summary": (probe_summary(probes_tried) if probed and not probe_risks else
+                                    f"{len({r['probe'] for r in probe_risks})} probe(s) violate it" if probe_risks
+                                    else "not probed")},
+            "scope": {"cases": cases, "languages": [LANGUAGE], "platforms": platforms, "prior_mechanisms": prior,
+                      "measured_platforms": platforms,
+                      "compile_checked": {a: ("compiles" if ok else "fails") for a, ok in sorted(compile_checked.items())}},
             "provides": [list(p) for p in provides], "requires": [list(r) for r in requires],
             "conflicts": [list(c) for c in conflicts],
             "verification": [{"transition_id": t["transition_id"], "identical": t["rederived_identical"],
@@ -212,6 +247,41 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
                                 cases=", ".join(cases), median=med, n=len(ts), spread=spread, case_range=case_range,
                                 platforms=", ".join(platforms) or "no measured platform").strip()
         check_contract(card, ts)
+        card["admission"] = {"status": "not_run", "trials": [], "reason": "admission was not run for this library"}
+        adm = (analysis.admission.get(skill_id) if analysis is not None else None)
+        if adm is not None:
+            apply_admission(card, adm)
         skills.append({"skill_id": skill_id, "name": name, "mechanism": mech_name, "card": card,
                        "card_md": render("card.md.j2", card=card)})
     return sorted(skills, key=lambda s: s["name"])
+
+
+def apply_admission(card: dict, verdict: dict) -> None:
+    """Put an admission verdict into a card: its status, its trials in the verification log, the
+    failures it met as risks."""
+    card["admission"] = {"status": verdict["status"], "reason": verdict["reason"], "trials": verdict["trials"]}
+    card["verification"] = [v for v in card["verification"] if v.get("kind") != "admission"] + [
+        dict(t, kind="admission") for t in verdict["trials"]]
+    if verdict["risks"]:
+        card["risks"] = [r for r in card["risks"] if r.get("kind") != "roundtrip"] + verdict["risks"]
+        card["risks_empty_reason"] = ""
+
+
+def effect_label(trial_speedups: list[float], floor: float = 0.01) -> str:
+    """faster / slower when every trial (over every worker) is beyond 1 +- floor; else neutral."""
+    if trial_speedups and min(trial_speedups) > 1 + floor:
+        return "faster"
+    if trial_speedups and max(trial_speedups) < 1 - floor:
+        return "slower"
+    return "neutral"
+
+
+def probe_summary(tried: list[str]) -> str:
+    return f"no violating probe found ({len(tried)} probes tried)"
+
+
+def _add_pre(pre: dict, category: str, item: dict) -> None:
+    if category not in pre:
+        raise ValueError(f"precondition category {category!r} is not one of {CATEGORIES}")
+    if not any(p["condition"] == item["condition"] and p.get("source") == item.get("source") for p in pre[category]):
+        pre[category].append(item)

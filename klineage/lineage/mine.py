@@ -14,6 +14,7 @@ from typing import Callable
 
 from klineage.errors import KLineageError
 from klineage.settings import display_path
+from klineage.lineage.analyze import AnalysisConfig, analyze_transitions, run_admission, workload_dirs
 from klineage.lineage.lift import lift
 from klineage.lineage.proposers import PROPOSERS, make_proposer
 from klineage.lineage.walk import Limits, Walker
@@ -35,6 +36,7 @@ class Target:
 class MineRun:
     targets: list[Target]
     limits: Limits = field(default_factory=Limits)
+    analysis: AnalysisConfig | None = None  # None: lineages and skills only, no probes/rounds/admission
 
 
 def _workload_dirs(path: Path) -> list[Path]:
@@ -71,7 +73,7 @@ def targets_for(paths: list[Path], proposer: str) -> list[Target]:
     return out
 
 
-_TOP_KEYS = {"name", "description", "limits", "target"}
+_TOP_KEYS = {"name", "description", "limits", "target", "analysis"}
 _LIMIT_KEYS = {"max_steps", "max_rejections", "min_rederive_ratio"}
 _TARGET_KEYS = {"paths", "proposer"}
 
@@ -91,6 +93,18 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
     bad = sorted(set(lim) - _LIMIT_KEYS)
     if bad:
         raise MineConfigError(f"{path}: unknown key limits.{bad[0]} (allowed: {', '.join(sorted(_LIMIT_KEYS))})")
+    ana = raw.get("analysis")
+    analysis = None
+    if ana is not None:
+        bad = sorted(set(ana) - set(AnalysisConfig.KEYS))
+        if bad:
+            raise MineConfigError(f"{path}: unknown key analysis.{bad[0]} (allowed: {', '.join(AnalysisConfig.KEYS)})")
+        for k, v in ana.items():
+            want = int if k == "rounds" else bool
+            if type(v) is not want or (k == "rounds" and not 1 <= v <= 5):
+                raise MineConfigError(f"{path}: analysis.{k} = {v!r}: expected "
+                                      + ("an int from 1 to 5" if k == "rounds" else "true or false"))
+        analysis = AnalysisConfig(**ana)
     targets = []
     base = Path(path).resolve().parent.parent  # pipelines/ sits at the repository root
     for i, t in enumerate(raw.get("target", [])):
@@ -103,7 +117,7 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
         targets += targets_for([Path(p) for p in paths], t.get("proposer", "rules"))
     if not targets:
         raise MineConfigError(f"{path}: no [[target]] entries: add at least one with paths and proposer")
-    return MineRun(targets, Limits(**lim)), raw
+    return MineRun(targets, Limits(**lim), analysis), raw
 
 
 def run_mine(run: MineRun, store, gate, replay: bool = False,
@@ -127,8 +141,21 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
                                     "steps": len(lin["transitions"]), "rejections": len(lin["rejections"]),
                                     "termination": lin["termination"], "remaining": lin["remaining"],
                                     "mechanisms": [t["mechanism"] for t in lin["transitions"]]})
-    skills = lift(store.transitions(), store.rejections(),
-                  lambda h: (store.get_kernel(h) or {}).get("source"))
+    source_of = lambda h: (store.get_kernel(h) or {}).get("source")
+    transitions, rejections = store.transitions(), store.rejections()
+    t_walk = time.perf_counter()
+    analysis = None
+    if run.analysis is not None:
+        known = {load_workload(t.workload_dir).name: t.workload_dir for t in run.targets}
+        workloads = workload_dirs(transitions, known)
+        prog = (lambda ev, **kw: progress("analysis", ev, **kw)) if progress else None
+        analysis = analyze_transitions(transitions, source_of, gate, workloads, run.analysis, replay, prog)
+        if run.analysis.admission:
+            draft = lift(transitions, rejections, source_of, analysis)
+            run_admission(draft, transitions, source_of, gate, workloads, analysis, replay)
+        evals += analysis.evaluations
+        summary["missing"] += analysis.missing
+    skills = lift(transitions, rejections, source_of, analysis)
     store.put_skills(skills)
     by_source: dict[str, int] = {}
     for r in evals:
@@ -146,7 +173,12 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
         "timing_s": sum((r.phases or {}).get("timing_s", 0.0) for r in live),
         "gate_wall_s": sum(r.wall_s or 0.0 for r in live),
         "live_evaluations": len(live),
+        "walk_s": t_walk - t0,
+        "analysis_s": time.perf_counter() - t_walk,
+        "analysis_evaluations": len(analysis.evaluations) if analysis else 0,
     }
+    if analysis is not None:
+        summary["admission"] = _count(v["status"] for v in analysis.admission.values())
     summary["skills"] = [{"skill_id": s["skill_id"], "name": s["name"]} for s in skills]
     return summary
 

@@ -1,0 +1,157 @@
+"""After the walks: the evidence that says *when* each step is sound and how sure its effect is.
+
+For every accepted transition K_{i-1} -> K_i (simpler -> richer) of the library:
+
+  round 2     both kernels timed again in a fresh worker process (a separate gate evaluation,
+              keyed apart from the first), so each effect has a spread over trials *and* workers;
+  probes      both kernels run on the stress probes of lineage/probe.py (correctness only);
+              a probe the richer kernel fails and the simpler one passes is a precondition and
+              a risk of the step;
+  static      static preconditions of the richer kernel at the mechanism's lines (lineage/static.py);
+  scope       both kernels compiled for sm_80, sm_89, sm_90a, sm_100, sm_120 (lineage/scope.py);
+              a richer kernel that fails where the simpler one compiles gets a hardware
+              precondition citing nvcc.
+
+Then each lifted skill goes through admission (lineage/admit.py). Every gate evaluation made here
+is stored like any other and replays the same way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from klineage import settings
+from klineage.errors import ReplayMissingError
+from klineage.gate.gate import Gate, GateConfig
+from klineage.lineage import admit as admit_mod
+from klineage.lineage import probe as probe_mod
+from klineage.workload import Workload, load_workload
+
+
+@dataclass
+class AnalysisConfig:
+    rounds: int = 2          # timing rounds, each in a fresh worker process
+    probes: bool = True
+    static: bool = True
+    scope: bool = True
+    admission: bool = True
+
+    KEYS = ("rounds", "probes", "static", "scope", "admission")
+
+
+@dataclass
+class Analysis:
+    per_transition: dict[str, dict] = field(default_factory=dict)
+    admission: dict[str, dict] = field(default_factory=dict)   # skill_id -> verdict
+    evaluations: list = field(default_factory=list)
+    missing: list[dict] = field(default_factory=list)
+
+
+class _Recording:
+    """A gate whose evaluate() also keeps every result (for the run's counts)."""
+
+    def __init__(self, gate: Gate, sink: list):
+        self._gate, self._sink = gate, sink
+        self.config, self.store, self.compile_log = gate.config, gate.store, gate.compile_log
+
+    @property
+    def _worker(self):
+        return self._gate._worker
+
+    def evaluate(self, *a, **kw):
+        res = self._gate.evaluate(*a, **kw)
+        self._sink.append(res)
+        return res
+
+
+def round_gate(gate: Gate, rnd: int) -> Gate:
+    """A gate like `gate` for timing round `rnd`, with its own (fresh) worker."""
+    c = gate.config
+    g = Gate(gate.store, GateConfig(arch=c.arch, extra_flags=c.extra_flags, seeds=c.seeds, timing=c.timing,
+                                    shapes=c.shapes, guard=c.guard, stall_s=c.stall_s, total_s=c.total_s, round=rnd))
+    g.compile_log = gate.compile_log
+    return g
+
+
+def workload_dirs(transitions: list[dict], known: dict[str, Path]) -> dict[str, Workload]:
+    out = {}
+    for t in transitions:
+        name = t["workload_name"]
+        if name not in out:
+            d = known.get(name) or settings.repo_root() / "expert_kernels" / name
+            out[name] = load_workload(d)
+    return out
+
+
+def analyze_transitions(transitions: list[dict], source_of: Callable[[str], str | None], gate: Gate,
+                        workloads: dict[str, Workload], cfg: AnalysisConfig, replay: bool = False,
+                        progress: Callable[..., None] | None = None) -> Analysis:
+    progress = progress or (lambda *a, **k: None)
+    an = Analysis()
+    rec_gate = _Recording(gate, an.evaluations)
+    probers = {name: probe_mod.Prober(rec_gate, wl, replay) for name, wl in workloads.items()} if cfg.probes else {}
+    extra_rounds = [round_gate(gate, r) for r in range(2, cfg.rounds + 1)]
+    if cfg.static:
+        from klineage.lineage.static import static_preconditions
+    if cfg.scope:
+        from klineage.lineage.scope import hardware_scope
+    try:
+        for t in transitions:
+            tid = t["transition_id"]
+            wl = workloads[t["workload_name"]]
+            rich, simple = source_of(t["richer_hash"]), source_of(t["simpler_hash"])
+            out: dict = {"rounds": []}
+            progress("analysis", step=f"{t['workload_name']}:{t['step']}", mechanism=t["mechanism"])
+            for g in extra_rounds:
+                try:
+                    r_rich = _Recording(g, an.evaluations).evaluate(rich, wl, replay=replay)
+                    r_simple = _Recording(g, an.evaluations).evaluate(simple, wl, replay=replay)
+                except ReplayMissingError as e:
+                    an.missing.append({"transition_id": tid, "what": f"round {g.config.round}", "message": str(e)})
+                    continue
+                if r_rich.passed and r_simple.passed:
+                    from klineage.lineage.walk import compare_timing
+                    out["rounds"].append({"round": g.config.round, "effects": compare_timing(r_rich, r_simple),
+                                          "eval_richer": r_rich.eval_key, "eval_simpler": r_simple.eval_key})
+                else:
+                    out["rounds"].append({"round": g.config.round, "effects": [], "failed": True,
+                                          "status_richer": r_rich.status.value, "status_simpler": r_simple.status.value})
+            if cfg.probes:
+                pr = probers[t["workload_name"]]
+                out["probe"] = probe_mod.derive(pr.run(rich), pr.run(simple), t["mechanism"], t["richer_hash"][:12])
+            if cfg.static:
+                feat = next((f for f in t["features_richer"]
+                             if f["mechanism"] == t["mechanism"] and f["locus"] == t["locus"]), None)
+                out["static"] = static_preconditions(rich, t["mechanism"], feat)
+            if cfg.scope:
+                out["scope"] = hardware_scope(simple, rich)
+            an.per_transition[tid] = out
+    finally:
+        for g in extra_rounds:
+            g.close()
+    for pr in probers.values():
+        an.missing += pr.missing
+    return an
+
+
+def run_admission(skills: list[dict], transitions: list[dict], source_of: Callable[[str], str | None],
+                  gate: Gate, workloads: dict[str, Workload], an: Analysis, replay: bool = False) -> None:
+    """Admission verdicts for every skill card, into an.admission."""
+    rec_gate = _Recording(gate, an.evaluations)
+    states: dict[str, list[tuple[str, str]]] = {}
+    by_lineage: dict[str, list[dict]] = {}
+    for t in transitions:
+        by_lineage.setdefault(t["lineage_id"], []).append(t)
+    for lid, ts in sorted(by_lineage.items()):
+        ts = sorted(ts, key=lambda t: t["step"])
+        wname = ts[0]["workload_name"]
+        chain = [ts[-1]["simpler_hash"]] + [t["richer_hash"] for t in reversed(ts)]  # simplest first
+        for h in chain:
+            src = source_of(h)
+            if src is not None:
+                states.setdefault(wname, []).append((src, f"{wname} state {h[:12]}"))
+    targets = {name: admit_mod.candidate_kernels(wl, states.get(name, [])) for name, wl in sorted(workloads.items())}
+    for s in skills:
+        an.admission[s["skill_id"]] = admit_mod.admit_skill(s["card"], targets, rec_gate, replay=replay,
+                                                            missing=an.missing)

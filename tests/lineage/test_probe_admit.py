@@ -1,0 +1,135 @@
+"""Probe sets, probe workloads, probe-result -> precondition logic, and admission verdicts, driven
+by recorded-style gate results and a scripted gate (a test double; no figure here is measured)."""
+import copy
+from pathlib import Path
+
+import pytest
+
+from klineage.gate.gate import GateResult, Status, kernel_hash
+from klineage.lineage import admit, probe
+from klineage.lineage.lift import effect_label
+from klineage.workload import load_workload
+
+from .test_walk import ScriptedGate
+
+ROW_SUM = Path("expert_kernels/row_sum")
+SWIGLU = Path("expert_kernels/swiglu")
+
+
+@pytest.fixture(scope="module")
+def rs():
+    return load_workload(ROW_SUM)
+
+
+def test_probe_set_covers_every_kind_in_a_fixed_order(rs):
+    ps = probe.probe_set(rs)
+    kinds = {p.kind for p in ps}
+    assert {"ragged_size", "tiny_size", "misaligned_base", "large_magnitude"} <= kinds
+    assert len({p.name for p in ps}) == len(ps)
+    assert all(p.shape.get("offset") == 1 for p in ps if p.kind == "misaligned_base")
+    assert probe.probe_set(rs) == ps
+
+
+def test_probe_workload_is_content_named_and_runs_the_probes(rs, tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("KLINEAGE_HOME", str(tmp_path))
+    ps = probe.probe_set(rs)
+    pw = probe.probe_workload(rs, ps)
+    assert pw.name == rs.name and [dict(s) for s in pw.benchmark_cases] == [p.shape for p in ps]
+    again = probe.probe_workload(rs, ps)
+    assert again.content_hash == pw.content_hash and again.path == pw.path
+    large = next(p for p in ps if p.kind == "large_magnitude")
+    plain = {k: v for k, v in large.shape.items() if k != "values"}
+    a = pw.make_inputs(large.shape, 3)["x"]
+    b = rs.make_inputs(plain, 3)["x"]
+    assert torch.allclose(a, b * 1000)
+    ref = pw.reference({"x": a}, large.shape)["out"]
+    assert ref.shape == (plain["rows"],)
+    one = probe.probe_workload(rs, ps[:1])
+    assert one.content_hash != pw.content_hash
+
+
+def _res(status, shapes_ok=None, kind=None, msg=None):
+    corr = [] if shapes_ok is None else [
+        {"ok": ok, "shape": {}, "kind": "benchmark",
+         "seeds": [{"seed": 1, "ok": ok, "outputs": {"out": {"ok": ok, "reason": "" if ok else "matched 0.62 < 0.999; worst at [5]"}},
+                    "mutated_inputs": [], "check": []}]} for ok in shapes_ok]
+    return GateResult(status, "h", "row_sum", "key-" + status.value, "replayed", {}, correctness=corr,
+                      error_kind=kind, error_message=msg)
+
+
+def test_verdicts_from_one_evaluation(rs):
+    ps = probe.probe_set(rs)[:3]
+    v = probe._verdicts(_res(Status.PASSED), ps)
+    assert all(x["ok"] for x in v.values())
+    v = probe._verdicts(_res(Status.INCORRECT, [True, False, True]), ps)
+    assert [v[p.name]["ok"] for p in ps] == [True, False, True]
+    assert "matched 0.62" in v[ps[1].name]["message"]
+    # a run that died part-way says nothing per probe: each must be run alone
+    assert probe._verdicts(_res(Status.RUNTIME_ERROR, kind="cuda_error", msg="misaligned address"), ps) is None
+    one = probe._verdicts(_res(Status.RUNTIME_ERROR, kind="cuda_error", msg="misaligned address"), ps[:1])
+    assert one[ps[0].name] == {"ok": False, "status": "RUNTIME_ERROR", "message": "cuda_error: misaligned address",
+                               "eval_key": "key-RUNTIME_ERROR"}
+
+
+def _probed(fails):
+    names = ["ragged_size:rows=3,cols=7", "misaligned_base:rows=3,cols=7", "large_magnitude:rows=3,cols=7"]
+    kinds = ["ragged_size", "misaligned_base", "large_magnitude"]
+    return {"probes": [{"name": n, "kind": k, "shape": {}, "ok": n not in fails,
+                        "status": "INCORRECT" if n in fails else "PASSED",
+                        "message": "cuda_error: misaligned address" if n in fails else "", "eval_key": "k-" + n}
+                       for n, k in zip(names, kinds)], "tried": names}
+
+
+def test_a_probe_the_richer_kernel_fails_alone_becomes_a_precondition_and_a_risk():
+    d = probe.derive(_probed({"misaligned_base:rows=3,cols=7"}), _probed(set()), "vector_access", "abc")
+    assert d["probed"] and len(d["preconditions"]) == 1 and len(d["risks"]) == 1
+    p = d["preconditions"][0]
+    assert p["category"] == "layout" and "16 bytes" in p["condition"] and "misaligned address" in p["fails_without"]
+    assert d["risks"][0]["probe"] == "misaligned_base:rows=3,cols=7" and d["risks"][0]["eval_key"]
+
+
+def test_probes_both_kernels_fail_are_not_the_steps_doing():
+    both = {"large_magnitude:rows=3,cols=7"}
+    d = probe.derive(_probed(both), _probed(both), "unroll", "abc")
+    assert d["preconditions"] == [] and d["both_fail"] == ["large_magnitude:rows=3,cols=7"]
+    d = probe.derive(_probed(set()), _probed(set()), "unroll", "abc")
+    assert d["preconditions"] == [] and d["risks"] == [] and len(d["tried"]) == 3
+    assert probe.derive(None, _probed(set()), "unroll", "abc")["probed"] is False
+
+
+def test_effect_labels():
+    assert effect_label([1.05, 1.04, 1.06, 1.05]) == "faster"
+    assert effect_label([0.5, 0.52]) == "slower"
+    assert effect_label([1.004, 0.998, 1.02]) == "neutral"
+
+
+def _card(mechanism, workload="row_sum"):
+    return {"mechanism": mechanism, "requires": [], "carrier": {"example_configuration": []},
+            "effects": {"per_case": [{"workload": workload}]}}
+
+
+def test_admission_roundtrip_on_another_workload():
+    sw = load_workload(SWIGLU)
+    targets = {"swiglu": admit.candidate_kernels(sw, []), "row_sum": admit.candidate_kernels(load_workload(ROW_SUM), [])}
+    # the forward rewrite adds __restrict__ to swiglu's naive kernel; scripted: restrict makes it 10% faster
+    gate = ScriptedGate(latency=lambda s: 90.0 if "__restrict__" in s else 100.0)
+    v = admit.admit_skill(_card("restrict"), targets, gate)
+    assert v["status"] == "admitted", v
+    (t,) = v["trials"]
+    assert t["workload"] == "swiglu" and t["ok"] and t["added"] and t["added"][0][0] == "restrict"
+    assert t["cases"][0]["trial_speedups"] == pytest.approx([100 / 90] * 3)
+    # same kernel, no gain: passes but is not admitted
+    v = admit.admit_skill(_card("restrict"), targets, ScriptedGate(latency=lambda s: 100.0))
+    assert v["status"] == "not_faster" and not v["risks"]
+    # the rewritten kernel fails the gate: a risk with the gate's message
+    bad = ScriptedGate(verdict=lambda s: Status.INCORRECT if "__restrict__" in s else Status.PASSED)
+    v = admit.admit_skill(_card("restrict"), targets, bad)
+    assert v["status"] == "failed" and v["risks"][0]["status"] == "INCORRECT"
+    assert "scripted failure" in v["risks"][0]["message"]
+
+
+def test_admission_needs_another_workload_and_a_rewrite():
+    targets = {"row_sum": admit.candidate_kernels(load_workload(ROW_SUM), [])}
+    assert admit.admit_skill(_card("restrict"), targets, ScriptedGate())["status"] == "no_target"
+    assert admit.admit_skill(_card("warp_per_row"), targets, ScriptedGate())["status"] == "pending"
