@@ -322,6 +322,34 @@ def skills_show(ident, db_path, as_json):
     click.echo(json.dumps(s["card"], indent=1) if as_json else s["card_md"])
 
 
+@skills_group.command("why")
+@click.argument("ident")
+@db_option
+@json_option
+@library_errors
+def skills_why(ident, db_path, as_json):
+    """Every precondition and risk of one skill, with the probe, source line or record behind it."""
+    from klineage.report.text import format_skill_why, skill_why
+    with _open_store(db_path) as store:
+        s = store.get_skill(ident)
+    if s is None:
+        raise click.ClickException(f"no single skill matches {ident!r}: see `klineage skills list`")
+    why = skill_why(s["card"])
+    click.echo(json.dumps(why, indent=1) if as_json else format_skill_why(why))
+
+
+@skills_group.command("stats")
+@db_option
+@json_option
+@library_errors
+def skills_stats(db_path, as_json):
+    """Library counts: skills by admission status, the admission rate, evidence kinds."""
+    from klineage.report.text import format_skill_stats, skill_stats
+    with _open_store(db_path) as store:
+        st = skill_stats([s["card"] for s in store.skills()])
+    click.echo(json.dumps(st, indent=1) if as_json else format_skill_stats(st))
+
+
 @skills_group.command("export")
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["skill-md", "jsonl"]), default="skill-md", show_default=True)

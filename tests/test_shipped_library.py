@@ -161,3 +161,28 @@ def test_lineage_cli(tmp_path):
     assert r.exit_code == 0 and "warp_per_row" in r.output and "forward" in r.output
     r = runner.invoke(main, ["lineage", "show", "nope/rules", "--db", str(SHIPPED)])
     assert r.exit_code != 0 and "lineage list" in r.output
+
+
+def test_skills_why_and_stats():
+    runner = CliRunner()
+    shipped = json.loads(runner.invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json"]).output)
+    sid = shipped[0]["skill_id"]
+    r = runner.invoke(main, ["skills", "why", sid, "--db", str(SHIPPED), "--json"])
+    assert r.exit_code == 0, r.output
+    why = json.loads(r.output)
+    n_pre = sum(len(v) for v in shipped[0]["preconditions"].values())
+    assert len(why["preconditions"]) == n_pre and len(why["risks"]) == len(shipped[0]["risks"])
+    assert all(p["source"] in ("declared", "static", "probe", "compile") and p["where"] for p in why["preconditions"])
+    r = runner.invoke(main, ["skills", "why", sid, "--db", str(SHIPPED)])
+    assert r.exit_code == 0 and "preconditions:" in r.output and "risks:" in r.output
+    r = runner.invoke(main, ["skills", "stats", "--db", str(SHIPPED), "--json"])
+    st = json.loads(r.output)
+    assert st["skills"] == len(shipped) and sum(st["admission"].values()) == len(shipped)
+    admitted = [s for s in shipped if s["admission"]["status"] == "admitted"]
+    assert st["admitted"] == len(admitted)
+    if st["candidates"]:
+        assert st["admission_rate"] == pytest.approx(st["admitted"] / st["candidates"])
+    for s in admitted:  # every admitted skill has a stored roundtrip on another workload
+        sources = {c["workload"] for c in s["effects"]["per_case"]}
+        ok = [t for t in s["admission"]["trials"] if t.get("ok")]
+        assert ok and all(t["workload"] not in sources and t["eval_new"] for t in ok)

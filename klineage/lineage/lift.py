@@ -169,7 +169,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
         for cat, items in (mech.PRECONDITIONS if mech else {}).items():
             for it in items:
                 _add_pre(pre, cat, {"condition": it["condition"], "fails_without": it["fails_without"],
-                                    "evidence": "declared: the mechanism family's known precondition",
+                                    "evidence": "the mechanism family's known precondition",
                                     "source": "declared", "lines": rich["lines"] if rich else None,
                                     "kernel": first["richer_hash"][:12]})
         probes_tried, probe_risks, compile_checked = [], [], {}

@@ -102,3 +102,73 @@ def format_skill_row(s: dict) -> str:
     e = s["card"]["effects"]
     return (f"{s['skill_id']}  {s['name']:<40} {e['median_speedup']:.3f}x  "
             f"{len(s['card']['evidence'])} step(s)  {', '.join(s['card']['scope']['platforms'])}")
+
+
+def skill_why(card: dict) -> dict:
+    """The evidence behind each precondition and risk of a card, one row each."""
+    pre = []
+    for cat, items in card["preconditions"].items():
+        for it in items:
+            src = it.get("source") or ("static" if str(it.get("evidence", "")).startswith("static") else "declared")
+            where = (f"lines {it['lines'][0]}-{it['lines'][1]} of kernel {it.get('kernel')}" if it.get("lines")
+                     else it.get("probe") or it.get("eval_key") or f"kernel {it.get('kernel')}")
+            pre.append({"category": cat, "condition": it["condition"], "source": src, "evidence": it.get("evidence", ""),
+                        "where": where, "probe": it.get("probe"), "fails_without": it.get("fails_without", "")})
+    risks = [{"kind": r.get("kind"), "workload": r.get("workload"), "status": r.get("status"),
+              "message": r.get("message"), "probe": r.get("probe"), "eval_key": r.get("eval_key")}
+             for r in card.get("risks", [])]
+    probing = card.get("probing") or {}
+    return {"skill_id": card["skill_id"], "name": card["name"], "preconditions": pre, "risks": risks,
+            "risks_empty_reason": card.get("risks_empty_reason", ""),
+            "probing": probing.get("summary", "not probed"), "probes_tried": probing.get("tried", []),
+            "admission": (card.get("admission") or {}).get("status", "not_run")}
+
+
+def format_skill_why(w: dict) -> str:
+    lines = [f"{w['skill_id']}  {w['name']}  (admission: {w['admission']}; probing: {w['probing']})",
+             "preconditions:"]
+    for p in w["preconditions"] or []:
+        lines.append(f"  [{p['category']}] {p['condition']}")
+        lines.append(f"      {p['source']}: {p['evidence']} ({p['where']})")
+    if not w["preconditions"]:
+        lines.append("  none")
+    lines.append("risks:")
+    for r in w["risks"]:
+        lines.append(f"  [{r['kind']}] {r.get('workload') or ''} {r.get('status') or ''}: {(r.get('message') or '')[:200]}"
+                     + (f" (probe {r['probe']})" if r.get("probe") else "") + (f" [{r['eval_key'][:12]}]" if r.get("eval_key") else ""))
+    if not w["risks"]:
+        lines.append(f"  none: {w['risks_empty_reason']}")
+    return "\n".join(lines)
+
+
+def skill_stats(cards: list[dict]) -> dict:
+    by_status: dict[str, int] = {}
+    for c in cards:
+        st = (c.get("admission") or {}).get("status", "not_run")
+        by_status[st] = by_status.get(st, 0) + 1
+    candidates = sum(v for k, v in by_status.items() if k != "not_run")
+    admitted = by_status.get("admitted", 0)
+    sources = {}
+    for c in cards:
+        for items in c["preconditions"].values():
+            for it in items:
+                k = it.get("source", "declared")
+                sources[k] = sources.get(k, 0) + 1
+    return {"skills": len(cards), "admission": by_status, "admitted": admitted, "candidates": candidates,
+            "admission_rate": (admitted / candidates) if candidates else None,
+            "with_risks": sum(bool(c.get("risks")) for c in cards),
+            "with_evidence_preconditions": sum(any(it.get("source") in ("static", "probe", "compile")
+                                                    for items in c["preconditions"].values() for it in items)
+                                                for c in cards),
+            "probed": sum(bool((c.get("probing") or {}).get("probed")) for c in cards),
+            "precondition_sources": sources,
+            "mechanisms": sorted({c["mechanism"] for c in cards})}
+
+
+def format_skill_stats(st: dict) -> str:
+    rate = "n/a" if st["admission_rate"] is None else f"{100 * st['admission_rate']:.0f}%"
+    return "\n".join([f"skills: {st['skills']} ({len(st['mechanisms'])} mechanisms)",
+                      f"admission: {st['admitted']} admitted of {st['candidates']} candidates ({rate}); "
+                      + ", ".join(f"{k} {v}" for k, v in sorted(st["admission"].items())),
+                      f"with a recorded risk: {st['with_risks']}; with static/probe/compile preconditions: "
+                      f"{st['with_evidence_preconditions']}; probed: {st['probed']}"])
