@@ -104,7 +104,7 @@ def main() -> int:
         store = open_store(db)
         if i == 1 and ns.seed_recorded:
             seeded = import_recorded(store)
-        gate = Gate(store)
+        gate = Gate(store, run.gate_config())
         t0 = time.perf_counter()
         summary = run_mine(run, store, gate, replay=False)
         summary["phases"]["command_wall_s"] = time.perf_counter() - t0

@@ -238,7 +238,7 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
     if replay:
         from klineage.store.recorded import import_recorded
         import_recorded(store)
-    gate = Gate(store)
+    gate = Gate(store, run.gate_config())
     progress = _Progress(quiet or as_json)
     try:
         summary = run_mine(run, store, gate, replay=replay, progress=progress)

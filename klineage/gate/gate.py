@@ -201,6 +201,13 @@ class Gate:
             self._worker = GateWorker()
         return self._worker
 
+    def with_config(self, config: GateConfig, share_worker: bool = True) -> "Gate":
+        """A gate on the same store with other settings; it shares this gate's worker process, or
+        starts its own on first live use when `share_worker` is False (a fresh-process repeat)."""
+        g = Gate(self.store, config, worker=self._worker if share_worker else None)
+        g.compile_log = self.compile_log
+        return g
+
     def close(self) -> None:
         if self._worker is not None:
             self._worker.close()

@@ -55,9 +55,8 @@ class _Recording:
         self._gate, self._sink = gate, sink
         self.config, self.store, self.compile_log = gate.config, gate.store, gate.compile_log
 
-    @property
-    def _worker(self):
-        return self._gate._worker
+    def with_config(self, config, share_worker: bool = True):
+        return _Recording(self._gate.with_config(config, share_worker), self._sink)
 
     def evaluate(self, *a, **kw):
         res = self._gate.evaluate(*a, **kw)
@@ -68,10 +67,9 @@ class _Recording:
 def round_gate(gate: Gate, rnd: int) -> Gate:
     """A gate like `gate` for timing round `rnd`, with its own (fresh) worker."""
     c = gate.config
-    g = Gate(gate.store, GateConfig(arch=c.arch, extra_flags=c.extra_flags, seeds=c.seeds, timing=c.timing,
-                                    shapes=c.shapes, guard=c.guard, stall_s=c.stall_s, total_s=c.total_s, round=rnd))
-    g.compile_log = gate.compile_log
-    return g
+    return gate.with_config(GateConfig(arch=c.arch, extra_flags=c.extra_flags, seeds=c.seeds, timing=c.timing,
+                                       shapes=c.shapes, guard=c.guard, stall_s=c.stall_s, total_s=c.total_s,
+                                       round=rnd), share_worker=False)
 
 
 def workload_dirs(transitions: list[dict], known: dict[str, Path]) -> dict[str, Workload]:

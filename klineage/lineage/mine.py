@@ -37,6 +37,11 @@ class MineRun:
     targets: list[Target]
     limits: Limits = field(default_factory=Limits)
     analysis: AnalysisConfig | None = None  # None: lineages and skills only, no probes/rounds/admission
+    timing: dict = field(default_factory=dict)  # overrides of the gate's timing settings ([gate] table)
+
+    def gate_config(self):
+        from klineage.gate.gate import DEFAULT_TIMING, GateConfig
+        return GateConfig(timing={**DEFAULT_TIMING, **self.timing})
 
 
 def _workload_dirs(path: Path) -> list[Path]:
@@ -73,7 +78,8 @@ def targets_for(paths: list[Path], proposer: str) -> list[Target]:
     return out
 
 
-_TOP_KEYS = {"name", "description", "limits", "target", "analysis"}
+_TOP_KEYS = {"name", "description", "limits", "target", "analysis", "gate"}
+_GATE_KEYS = {"warmup": (0, 100), "reps": (5, 500), "trials": (2, 10)}
 _LIMIT_KEYS = {"max_steps", "max_rejections", "min_rederive_ratio"}
 _TARGET_KEYS = {"paths", "proposer"}
 
@@ -93,6 +99,13 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
     bad = sorted(set(lim) - _LIMIT_KEYS)
     if bad:
         raise MineConfigError(f"{path}: unknown key limits.{bad[0]} (allowed: {', '.join(sorted(_LIMIT_KEYS))})")
+    gate_tab = raw.get("gate", {})
+    for k, v in gate_tab.items():
+        if k not in _GATE_KEYS:
+            raise MineConfigError(f"{path}: unknown key gate.{k} (allowed: {', '.join(_GATE_KEYS)})")
+        lo, hi = _GATE_KEYS[k]
+        if type(v) is not int or not lo <= v <= hi:
+            raise MineConfigError(f"{path}: gate.{k} = {v!r}: expected an int from {lo} to {hi}")
     ana = raw.get("analysis")
     analysis = None
     if ana is not None:
@@ -117,7 +130,7 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
         targets += targets_for([Path(p) for p in paths], t.get("proposer", "rules"))
     if not targets:
         raise MineConfigError(f"{path}: no [[target]] entries: add at least one with paths and proposer")
-    return MineRun(targets, Limits(**lim), analysis), raw
+    return MineRun(targets, Limits(**lim), analysis, dict(gate_tab)), raw
 
 
 def run_mine(run: MineRun, store, gate, replay: bool = False,

@@ -129,12 +129,9 @@ def probe_workload(wl: Workload, probes: list[Probe]) -> Workload:
 
 def probe_gate(gate: Gate) -> Gate:
     """A gate sharing `gate`'s store and worker that checks correctness only (no timing)."""
-    cfg = GateConfig(arch=gate.config.arch, extra_flags=gate.config.extra_flags, seeds=gate.config.seeds[:2],
-                     timing={}, shapes="benchmark", guard=gate.config.guard,
-                     stall_s=gate.config.stall_s, total_s=gate.config.total_s)
-    g = Gate(gate.store, cfg, worker=gate._worker)
-    g.compile_log = gate.compile_log
-    return g
+    c = gate.config
+    return gate.with_config(GateConfig(arch=c.arch, extra_flags=c.extra_flags, seeds=c.seeds[:2], timing={},
+                                       shapes="benchmark", guard=c.guard, stall_s=c.stall_s, total_s=c.total_s))
 
 
 def _verdicts(res, probes: list[Probe]) -> dict[str, dict] | None:

@@ -8,6 +8,7 @@ import pytest
 from klineage.gate.gate import GateResult, Status, kernel_hash
 from klineage.lineage import admit, probe
 from klineage.lineage.lift import effect_label
+from klineage.mechanisms import detect_all
 from klineage.workload import load_workload
 
 from .test_walk import ScriptedGate
@@ -133,3 +134,43 @@ def test_admission_needs_another_workload_and_a_rewrite():
     targets = {"row_sum": admit.candidate_kernels(load_workload(ROW_SUM), [])}
     assert admit.admit_skill(_card("restrict"), targets, ScriptedGate())["status"] == "no_target"
     assert admit.admit_skill(_card("warp_per_row"), targets, ScriptedGate())["status"] == "pending"
+
+
+def test_mine_with_the_analysis_pass_end_to_end(tmp_path, monkeypatch):
+    """Walk row_sum and swiglu, then probe, re-time, check and admit, with a scripted gate under
+    which the misaligned-base probe fails every kernel holding float4 casts but not the others."""
+    monkeypatch.setenv("KLINEAGE_HOME", str(tmp_path / "home"))
+    from klineage.lineage.analyze import AnalysisConfig
+    from klineage.lineage.mine import MineRun, run_mine, targets_for
+    from klineage.store import open_store
+
+    class ProbeAware(ScriptedGate):
+        def evaluate(self, source, workload, origin=None, replay=False):
+            res = super().evaluate(source, workload, origin, replay)
+            shapes = [dict(s) for s in workload.benchmark_cases]
+            vec = any(f.mechanism == "vector_access" for f in detect_all(source))
+            if self.config.timing == {} and vec and any(s.get("offset") for s in shapes):
+                corr = [{"ok": not s.get("offset"), "shape": s, "kind": "benchmark",
+                         "seeds": [{"seed": 1, "ok": not s.get("offset"), "mutated_inputs": [], "check": [],
+                                    "outputs": {"out": {"ok": not s.get("offset"), "reason": "matched 0.5"}}}]}
+                        for s in shapes]
+                return GateResult(Status.INCORRECT, res.kernel_hash, workload.name, res.eval_key + "p", "scripted",
+                                  {}, correctness=corr, error_kind="wrong_values", error_message="probe")
+            return res
+
+    store = open_store(tmp_path / "lib.duckdb")
+    run = MineRun(targets_for([ROW_SUM, SWIGLU], "rules"),
+                  analysis=AnalysisConfig(rounds=2, probes=True, static=True, scope=False, admission=True))
+    gate = ProbeAware(store=store, latency=lambda s: 100.0 - 5 * s.count("__restrict__"))
+    summary = run_mine(run, store, gate)
+    assert summary["missing"] == [] and summary["phases"]["analysis_evaluations"] > 0
+    skills = {s["mechanism"]: s["card"] for s in store.skills()}
+    va = skills["vector_access"]
+    assert va["probing"]["violating"] and any(r["kind"] == "probe" for r in va["risks"])
+    assert any(p.get("source") == "probe" for p in va["preconditions"]["layout"])
+    assert any(p.get("source") == "static" for items in va["preconditions"].values() for p in items)
+    assert all(c["workers"] == 2 for c in va["effects"]["per_case"])
+    un = skills["unroll"]
+    assert un["probing"]["probed"] and not un["probing"]["violating"]
+    assert un["risks_empty_reason"].startswith("no rejected attempt") and "no violating probe" in un["risks_empty_reason"]
+    assert summary["admission"] and all(s["card"]["admission"]["status"] != "not_run" for s in store.skills())

@@ -29,6 +29,14 @@ class ScriptedGate:
         self.missing = missing or (lambda src: False)
         self.calls = 0
 
+    def with_config(self, config, share_worker=True):
+        g = copy.copy(self)
+        g.config = config
+        return g
+
+    def close(self):
+        pass
+
     def evaluate(self, source, workload, origin=None, replay=False):
         self.calls += 1
         if self.missing(source):
