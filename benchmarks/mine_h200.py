@@ -106,7 +106,16 @@ def main() -> int:
             seeded = import_recorded(store)
         gate = Gate(store, run.gate_config())
         t0 = time.perf_counter()
-        summary = run_mine(run, store, gate, replay=False)
+        import signal
+        signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+        try:
+            summary = run_mine(run, store, gate, replay=False)
+        except KeyboardInterrupt:  # cut off by a time limit: keep what was measured
+            n = store.export_evaluations(ns.out / "mine_h200.jsonl")
+            print(f"interrupted in run {i}: {n} evaluations exported", flush=True)
+            gate.close()
+            store.close()
+            return 3
         summary["phases"]["command_wall_s"] = time.perf_counter() - t0
         if gate._worker is not None:
             env = gate._worker.env_info
@@ -125,7 +134,7 @@ def main() -> int:
                   f"{l['termination']} {l['remaining']}", flush=True)
         if summary["missing"]:
             print(f"  missing: {len(summary['missing'])}", flush=True)
-    result = {"benchmark": "mine_h200", "config": str(ns.config.relative_to(ROOT)), "env": env, "runs": runs,
+    result = {"benchmark": "mine_h200", "config": str(ns.config.resolve().relative_to(ROOT)), "env": env, "runs": runs,
               "walk_only": ns.walk_only, "seeded_from_recorded": seeded, "prebuild": pre,
               "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (ns.out / "mine_h200.json").write_text(json.dumps(result, indent=1, default=str))

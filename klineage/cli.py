@@ -1,6 +1,7 @@
 """The klineage command line: parses options, calls the library, formats the output."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -76,9 +77,11 @@ def toolchain(as_json):
 @click.option("--remeasure", is_flag=True, help="Measure again even if an identical evaluation is stored.")
 @click.option("--shapes", type=click.Choice(["all", "benchmark"]), default="all",
               help="Check correctness on benchmark and probe shapes (all) or benchmark shapes only.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Take the timing settings from a run configuration's [gate] table (e.g. pipelines/mine.toml).")
 @json_option
 @library_errors
-def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, as_json):
+def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_path, as_json):
     """Guard, compile, check and time KERNEL.cu files against their workload."""
     from klineage.gate.gate import Gate, GateConfig
     from klineage.workload import find_workload_for, load_workload
@@ -87,7 +90,11 @@ def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, as_json)
     if replay:
         from klineage.store.recorded import import_recorded
         import_recorded(store)
-    gate = Gate(store, GateConfig(shapes=shapes))
+    cfg = GateConfig(shapes=shapes)
+    if config_path is not None:
+        from klineage.lineage.mine import load_config
+        cfg = dataclasses.replace(load_config(config_path)[0].gate_config(), shapes=shapes)
+    gate = Gate(store, cfg)
     results, failures = [], 0
     try:
         for k in kernels:

@@ -27,6 +27,12 @@ A workload file is plain Python defining these module-level names (all required 
     bytes_moved(shape) -> int, the fewest bytes any kernel must move through device memory
     flops(shape) -> int, the floating-point operations of the computation
     STATEFUL    (optional, default False) whether a kernel may keep state between calls
+    check(inputs, outputs, shape) -> list of str (optional): problems found in a kernel's outputs,
+                empty when they are valid, for outputs an elementwise comparison cannot judge
+                (top-k indices where several columns hold equal values). The gate fails a seed
+                whose outputs have problems, with them as the reason, on top of comparing every
+                output ``reference`` returns; ``reference`` may then leave such outputs out. It gets
+                the inputs and outputs as device tensors and must not raise on wrong outputs.
 
 Malformed files raise ``WorkloadError`` naming the file and the field.
 """
@@ -118,6 +124,11 @@ class Workload:
 
     def flops(self, shape: dict) -> int:
         return int(self.module.flops(shape))
+
+    def check(self, inputs: dict, outputs: dict, shape: dict) -> list[str]:
+        """Problems the workload's optional check() finds in the outputs; [] without a check."""
+        fn = getattr(self.module, "check", None)
+        return [] if fn is None else [str(p) for p in fn(inputs, outputs, shape)]
 
     @property
     def pointer_args(self) -> tuple[Arg, ...]:
@@ -261,6 +272,11 @@ def _check_callables(path: Path, mod) -> None:
     params = inspect.signature(mod.make_inputs).parameters
     if "device" not in params or len(params) < 3:
         raise _fail(path, "make_inputs", "signature must be make_inputs(shape, seed, device='cpu')")
+    if hasattr(mod, "check"):  # optional output validator
+        if not callable(mod.check):
+            raise _fail(path, "check", f"expected a function, got {type(mod.check).__name__}")
+        if len(inspect.signature(mod.check).parameters) != 3:
+            raise _fail(path, "check", "signature must be check(inputs, outputs, shape)")
 
 
 def _check_consistency(path: Path, mod, args: tuple[Arg, ...], shape: dict) -> None:

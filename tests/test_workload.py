@@ -51,6 +51,8 @@ def _write(tmp_path, text):
     (lambda s: s.replace('ENTRY = "row_sum"', 'ENTRY = "row sum"'), "ENTRY"),
     (lambda s: s.replace('BENCHMARK_CASES = [{"rows": 16384, "cols": 4096}',
                          'BENCHMARK_CASES = [{"rows": 16384, "cols": 4096, "offset": 1000}'), "BENCHMARK_CASES[0]"),
+    (lambda s: s + "\ncheck = 5\n", "check"),
+    (lambda s: s + "\ndef check(inputs, outputs):\n    return []\n", "check"),
 ])
 def test_bad_workload_names_file_and_field(tmp_path, edit, field):
     d = _write(tmp_path, edit(GOOD))
@@ -91,3 +93,20 @@ def test_offset_shapes_place_every_pointer_past_alignment():
     assert out.shape == (3,) and out.data_ptr() % 16 == 4
     plain = place_inputs(wl, {"rows": 3, "cols": 5}, {"x": x})["x"]
     assert plain.data_ptr() % 16 == 0 and plain.data_ptr() != x.data_ptr()
+
+
+def test_optional_check_hook(tmp_path):
+    """A workload may define check(inputs, outputs, shape) -> problems; without one there are none."""
+    torch = pytest.importorskip("torch")
+    plain = load_workload(ROOT / "expert_kernels" / "row_sum")
+    assert plain.check({}, {}, {"rows": 1, "cols": 1}) == []
+    hooked = load_workload(_write(tmp_path, GOOD + (
+        "\ndef check(inputs, outputs, shape):\n"
+        "    bad = int((outputs['out'] < 0).sum())\n"
+        "    return [f'{bad} negative sums'] if bad else []\n")))
+    shape = {"rows": 3, "cols": 2}
+    assert hooked.check({}, {"out": torch.tensor([1.0, 2.0, 3.0])}, shape) == []
+    assert hooked.check({}, {"out": torch.tensor([1.0, -2.0, -3.0])}, shape) == ["2 negative sums"]
+    topk = load_workload(ROOT / "expert_kernels" / "topk")
+    assert set(topk.reference(topk.make_inputs({"batch": 1, "length": 4, "k": 2}, 1),
+                              {"batch": 1, "length": 4, "k": 2})) == {"values"}  # indices go through check

@@ -12,7 +12,8 @@ ARGS = [
     {"name": "cols", "kind": "int"},
 ]
 BENCHMARK_CASES = [{"rows": 16384, "cols": 4096}, {"rows": 1024, "cols": 131072}]
-# Sizes that break vector-width, warp and block-tile assumptions, a single row, tiny rows.
+# Sizes that break vector-width, warp and block-tile assumptions, a single row, tiny rows; misaligned
+# bases (offset 1, 3: 4 and 12 bytes past alignment) on the warp-per-row and the long-row path.
 PROBE_SHAPES = [
     {"rows": 1, "cols": 1},
     {"rows": 3, "cols": 7},
@@ -20,6 +21,8 @@ PROBE_SHAPES = [
     {"rows": 1000, "cols": 4099},
     {"rows": 7, "cols": 131073},
     {"rows": 4097, "cols": 33},
+    {"rows": 17, "cols": 1023, "offset": 1},
+    {"rows": 3, "cols": 20000, "offset": 3},
 ]
 # fp32 sums of up to 131072 terms: summation order moves the result by ~1e-6 of the row scale;
 # a bf16/fp16 shortcut moves it by ~1e-3, so 1e-4 separates the two.

@@ -161,8 +161,9 @@ class Gate:
         if self.store is not None and not remeasure:
             # A replay accepts a record made with another nvcc build (the record says which).
             match = {k: v for k, v in req.items() if not (replay and k == "nvcc")}
-            found = self.store.find_evaluations(kernel_hash=khash, workload_hash=workload.content_hash,
-                                                request_match=match)
+            found = [r for r in self.store.find_evaluations(kernel_hash=khash, workload_hash=workload.content_hash,
+                                                            request_match=match)
+                     if set(r["request"]) <= set(req)]  # not a record of another kind (e.g. a repeat round)
             if found:
                 # Every evaluation used traces back to its kernel source, replayed ones included.
                 self.store.put_kernel(khash, source, origin)

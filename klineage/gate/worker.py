@@ -329,8 +329,10 @@ class Evaluator:
                 mutated = [k for k in workload.input_names if not torch.equal(bufs[k], fresh[k])]
                 refs = workload.reference(fresh, shape)
                 cmp = compare_outputs(outs, refs, workload.tolerance)
-                entry = {"seed": seed, "ok": all(c.ok for c in cmp.values()) and not mutated,
-                         "outputs": {k: c.to_dict() for k, c in cmp.items()}, "mutated_inputs": mutated}
+                problems = workload.check(fresh, outs, shape)
+                entry = {"seed": seed, "ok": all(c.ok for c in cmp.values()) and not mutated and not problems,
+                         "outputs": {k: c.to_dict() for k, c in cmp.items()}, "mutated_inputs": mutated,
+                         "check": problems}
                 if kind == "benchmark" and seed == seeds[0]:
                     entry["negative_controls"] = negative_controls(workload, fresh, refs, shape)
                 per_seed.append(entry)
@@ -423,9 +425,11 @@ class Evaluator:
                             _sync("timed call")
                             refs = workload.reference(buf, shape)
                             cmp = compare_outputs(outs, refs, workload.tolerance)
+                            problems = workload.check(buf, outs, shape)
                             rechecks.append({"trial": trial, "call": i - warmup,
-                                             "ok": all(c.ok for c in cmp.values()),
-                                             "reason": "; ".join(c.reason for c in cmp.values() if not c.ok)})
+                                             "ok": all(c.ok for c in cmp.values()) and not problems,
+                                             "reason": "; ".join([c.reason for c in cmp.values() if not c.ok]
+                                                                 + problems)})
             _sync("after a timing trial")
             samples["candidate"].append(t_c)
             samples["vendor"].append(t_v)
@@ -483,7 +487,8 @@ class Evaluator:
             if bad:
                 first = bad[0]
                 seed = next(s for s in first["seeds"] if not s["ok"])
-                why = "; ".join(f"{k}: {v['reason']}" for k, v in seed["outputs"].items() if not v["ok"])
+                why = "; ".join([f"{k}: {v['reason']}" for k, v in seed["outputs"].items() if not v["ok"]]
+                                + [f"check: {p}" for p in seed["check"][:3]])
                 if seed["mutated_inputs"]:
                     why = f"inputs mutated: {seed['mutated_inputs']}" + (f"; {why}" if why else "")
                 raise CandidateFailure("INCORRECT", "wrong_values",

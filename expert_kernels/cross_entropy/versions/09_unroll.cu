@@ -1,0 +1,124 @@
+// klineage-step: mechanism=unroll
+// #pragma unroll on the shuffle, load and update loops: fully unrolled, the CE_UNROLL vectors stay
+// in registers and their loads issue back to back, with no loop counter or branch between them.
+#include <cuda_runtime.h>
+#include <float.h>
+#include <stdint.h>
+
+// ---- tuning constants (override with -DNAME=value) ----
+#ifndef CE_BLOCK
+#define CE_BLOCK 512   // threads per block, one block per row (a power of two, >= 32)
+#endif
+#ifndef CE_UNROLL
+#define CE_UNROLL 4    // float4 loads in flight per thread
+#endif
+
+static_assert(CE_BLOCK >= 32 && CE_BLOCK <= 1024 && (CE_BLOCK & (CE_BLOCK - 1)) == 0,
+              "CE_BLOCK must be a power of two in [32, 1024]");
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Block-wide max / sum, the result in every thread: each warp reduces the CE_BLOCK / 32 warp
+// partials itself (no broadcast step). The trailing barrier lets the caller reuse s_warp.
+__device__ __forceinline__ float block_max(float v, float* s_warp) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_max(v);
+    if (lane == 0) s_warp[warp] = v;
+    __syncthreads();
+    v = warp_max(lane < CE_BLOCK / 32 ? s_warp[lane] : -FLT_MAX);
+    __syncthreads();
+    return v;
+}
+
+__device__ __forceinline__ float block_sum(float v, float* s_warp) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) s_warp[warp] = v;
+    __syncthreads();
+    v = warp_sum(lane < CE_BLOCK / 32 ? s_warp[lane] : 0.0f);
+    __syncthreads();
+    return v;
+}
+
+// One element into a running (max, sum of exp(x - max)) pair. m starts at -FLT_MAX, not -inf, so
+// m - m_new is never inf - inf.
+__device__ __forceinline__ void online_update(float& m, float& s, float x) {
+    const float m_new = fmaxf(m, x);
+    s = s * __expf(m - m_new) + __expf(x - m_new);
+    m = m_new;
+}
+
+// One step of CE_UNROLL float4 (held in registers) into the running pair, element by element.
+__device__ __forceinline__ void online_step(float& m, float& s, const float4* v) {
+#pragma unroll
+    for (int k = 0; k < CE_UNROLL; ++k) {
+        online_update(m, s, v[k].x);
+        online_update(m, s, v[k].y);
+        online_update(m, s, v[k].z);
+        online_update(m, s, v[k].w);
+    }
+}
+
+__global__ void __launch_bounds__(CE_BLOCK)
+cross_entropy_block_kernel(const float* __restrict__ logits, const long long* __restrict__ labels,
+                           float* __restrict__ loss, int batch, int vocab) {
+    __shared__ float s_warp[CE_BLOCK / 32];
+    const int tid = threadIdx.x;
+    const long long b = blockIdx.x;
+    const float* row = logits + b * (long long)vocab;
+
+    // Thread 0 fetches the target logit first: its two dependent loads overlap the row stream.
+    float target = 0.0f;
+    if (tid == 0) {
+        const long long label = labels[b];
+        target = (label >= 0 && label < vocab) ? row[label] : __int_as_float(0x7fc00000);
+    }
+
+    // one pass: this thread's running max and sum of exponentials
+    float m = -FLT_MAX, s = 0.0f;
+    // Rows start at any 4-byte phase (vocab need not be a multiple of 4, the base may be offset):
+    // a scalar head of 0..3 elements up to the next 16-byte boundary, the float4 body, a scalar tail.
+    const int head = min((int)(((16u - ((uint32_t)(uintptr_t)row & 15u)) & 15u) >> 2), vocab);
+    const int nvec = (vocab - head) >> 2;  // vocab < 2^31, so every element index fits an int
+    const int tail0 = head + nvec * 4;
+    if (tid < head) online_update(m, s, row[tid]);
+    const float4* vp = reinterpret_cast<const float4*>(row + head);
+    int i = tid;
+    // full steps: all CE_UNROLL loads in bounds, no predicate
+    for (; i + (CE_UNROLL - 1) * CE_BLOCK < nvec; i += CE_BLOCK * CE_UNROLL) {
+        float4 v[CE_UNROLL];
+#pragma unroll
+        for (int k = 0; k < CE_UNROLL; ++k) v[k] = vp[i + k * CE_BLOCK];
+        online_step(m, s, v);
+    }
+    // the last, partial step: a load past the body's end is skipped and reads -inf (exp(-inf) = 0)
+    if (i < nvec) {
+        const float4 none = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+        float4 v[CE_UNROLL];
+#pragma unroll
+        for (int k = 0; k < CE_UNROLL; ++k) v[k] = i + k * CE_BLOCK < nvec ? vp[i + k * CE_BLOCK] : none;
+        online_step(m, s, v);
+    }
+    if (tail0 + tid < vocab) online_update(m, s, row[tail0 + tid]);
+
+    // combine the (m, s) pairs: the block max, each partial rescaled to it, then the block sum
+    const float row_max = block_max(m, s_warp);
+    const float sum = block_sum(s * __expf(m - row_max), s_warp);
+    if (tid == 0) loss[b] = row_max + logf(sum) - target;
+}
+
+extern "C" cudaError_t cross_entropy(const float* logits, const long long* labels, float* loss, int batch, int vocab, cudaStream_t stream) {
+    if (batch <= 0) return cudaSuccess;
+    cross_entropy_block_kernel<<<batch, CE_BLOCK, 0, stream>>>(logits, labels, loss, batch, vocab);
+    return cudaGetLastError();
+}

@@ -1,0 +1,111 @@
+// klineage-step: mechanism=fast_math
+// __expf (ex2.approx of x*log2e: a few instructions, a few ulp) instead of expf (range reduction plus
+// polynomial); logf stays precise, it runs once per row. Two exponentials per logit, so this counts.
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <float.h>
+#include <stdint.h>
+
+// ---- tuning constants (override with -DNAME=value) ----
+#ifndef CE_BLOCK
+#define CE_BLOCK 256   // threads per block, one block per row (a power of two, >= 32)
+#endif
+
+static_assert(CE_BLOCK >= 32 && CE_BLOCK <= 1024 && (CE_BLOCK & (CE_BLOCK - 1)) == 0,
+              "CE_BLOCK must be a power of two in [32, 1024]");
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Block-wide max / sum, the result in every thread: each warp reduces the CE_BLOCK / 32 warp
+// partials itself (no broadcast step). The trailing barrier lets the caller reuse s_warp.
+__device__ __forceinline__ float block_max(float v, float* s_warp) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_max(v);
+    if (lane == 0) s_warp[warp] = v;
+    __syncthreads();
+    v = warp_max(lane < CE_BLOCK / 32 ? s_warp[lane] : -FLT_MAX);
+    __syncthreads();
+    return v;
+}
+
+__device__ __forceinline__ float block_sum(float v, float* s_warp) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) s_warp[warp] = v;
+    __syncthreads();
+    v = warp_sum(lane < CE_BLOCK / 32 ? s_warp[lane] : 0.0f);
+    __syncthreads();
+    return v;
+}
+
+// One element into a running (max, sum of exp(x - max)) pair. m starts at -FLT_MAX, not -inf, so
+// m - m_new is never inf - inf.
+__device__ __forceinline__ void online_update(float& m, float& s, float x) {
+    const float m_new = fmaxf(m, x);
+    s = s * __expf(m - m_new) + __expf(x - m_new);
+    m = m_new;
+}
+
+// The two bf16 of a 32-bit word as floats (exact: a bf16 is the top half of an fp32); the element
+// at the lower address is the low half.
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+__device__ __forceinline__ void online_update2(float& m, float& s, uint32_t w) {
+    online_update(m, s, bf16_lo(w));
+    online_update(m, s, bf16_hi(w));
+}
+
+__global__ void cross_entropy_block_kernel(const __nv_bfloat16* __restrict__ logits,
+                                           const long long* __restrict__ labels,
+                                           float* __restrict__ loss, int batch, int vocab) {
+    __shared__ float s_warp[CE_BLOCK / 32];
+    const int tid = threadIdx.x;
+    const long long b = blockIdx.x;
+    const __nv_bfloat16* row = logits + b * (long long)vocab;
+
+    // Thread 0 fetches the target logit first: its two dependent loads overlap the row stream.
+    float target = 0.0f;
+    if (tid == 0) {
+        const long long label = labels[b];
+        target = (label >= 0 && label < vocab) ? __bfloat162float(row[label])
+                                               : __int_as_float(0x7fc00000);
+    }
+
+    // one pass: this thread's running max and sum of exponentials
+    float m = -FLT_MAX, s = 0.0f;
+    // Rows start at any 2-byte phase (vocab need not be a multiple of 8, the base may be offset):
+    // a scalar head of 0..7 elements up to the next 16-byte boundary, the uint4 body, a scalar tail.
+    const int head = min((int)(((16u - ((uint32_t)(uintptr_t)row & 15u)) & 15u) >> 1), vocab);
+    const int nvec = (vocab - head) >> 3;  // vocab < 2^31, so every element index fits an int
+    const int tail0 = head + nvec * 8;
+    if (tid < head) online_update(m, s, __bfloat162float(row[tid]));
+    const uint4* vp = reinterpret_cast<const uint4*>(row + head);
+    for (int i = tid; i < nvec; i += CE_BLOCK) {
+        const uint4 v = vp[i];
+        online_update2(m, s, v.x);
+        online_update2(m, s, v.y);
+        online_update2(m, s, v.z);
+        online_update2(m, s, v.w);
+    }
+    if (tail0 + tid < vocab) online_update(m, s, __bfloat162float(row[tail0 + tid]));
+
+    // combine the (m, s) pairs: the block max, each partial rescaled to it, then the block sum
+    const float row_max = block_max(m, s_warp);
+    const float sum = block_sum(s * __expf(m - row_max), s_warp);
+    if (tid == 0) loss[b] = row_max + logf(sum) - target;
+}
+
+extern "C" cudaError_t cross_entropy_bf16(const __nv_bfloat16* logits, const long long* labels, float* loss, int batch, int vocab, cudaStream_t stream) {
+    if (batch <= 0) return cudaSuccess;
+    cross_entropy_block_kernel<<<batch, CE_BLOCK, 0, stream>>>(logits, labels, loss, batch, vocab);
+    return cudaGetLastError();
+}

@@ -1,0 +1,44 @@
+// klineage-step: mechanism=tiled_transpose
+// A block moves one 32x32 tile through shared memory: it reads the tile's rows from x (coalesced),
+// then writes the tile's columns as rows of out (coalesced too) instead of scattering 4-byte stores.
+// The column walk through the unpadded tile hits one bank 32 times: the next step pads it.
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+// ---- tuning constants (override with -DNAME=value) ----
+#ifndef TRANSPOSE_TILE
+#define TRANSPOSE_TILE 32            // tile edge in elements (a multiple of 32)
+#endif
+
+constexpr int kTile = TRANSPOSE_TILE;
+constexpr int kThreads = kTile * kTile;  // one element per thread
+static_assert(kTile % 32 == 0 && kThreads <= 1024, "tile edge: a multiple of 32, at most 32x32 threads");
+
+// Block b owns tile (b / tiles_c, b % tiles_c). Load: element e = threadIdx.x sits at tile row e / kTile,
+// column e % kTile, so a warp reads 32 consecutive floats of one row of x. Store: the same e now names
+// tile column e / kTile (a row of out) and tile row e % kTile, so a warp writes 32 consecutive floats
+// of one row of out. Elements outside the matrix are neither read nor written.
+__global__ void transpose_tile_kernel(const float* __restrict__ x, float* __restrict__ out, int rows, int cols,
+                                      int tiles_c) {
+    __shared__ float tile[kTile][kTile];
+    const int tr = (int)(blockIdx.x / (unsigned)tiles_c);
+    const int tc = (int)(blockIdx.x - (unsigned)tr * (unsigned)tiles_c);
+    const int r0 = tr * kTile, c0 = tc * kTile;
+    const int e = threadIdx.x;
+
+    const int row = e / kTile, col = e % kTile;
+    if (r0 + row < rows && c0 + col < cols) tile[row][col] = x[(int64_t)(r0 + row) * cols + (c0 + col)];
+    __syncthreads();
+
+    const int cc = e / kTile, rl = e % kTile;  // out row c0 + cc, out column r0 + rl
+    if (c0 + cc < cols && r0 + rl < rows) out[(int64_t)(c0 + cc) * rows + (r0 + rl)] = tile[rl][cc];
+}
+
+extern "C" cudaError_t transpose(const float* x, float* out, int rows, int cols, cudaStream_t stream) {
+    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    const int tiles_r = (int)(((int64_t)rows + kTile - 1) / kTile);
+    const int tiles_c = (int)(((int64_t)cols + kTile - 1) / kTile);
+    const unsigned grid = (unsigned)((int64_t)tiles_r * tiles_c);
+    transpose_tile_kernel<<<grid, kThreads, 0, stream>>>(x, out, rows, cols, tiles_c);
+    return cudaGetLastError();
+}
