@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -87,6 +88,9 @@ def main() -> int:
     from klineage.store import open_store
     from klineage.store.recorded import import_recorded
 
+    def on_term(*_):  # `timeout` sends SIGTERM: stop the run and keep what was measured
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_term)
     db = ns.out / "mine_h200.duckdb"
     if db.exists():
         db.unlink()
@@ -106,8 +110,6 @@ def main() -> int:
             seeded = import_recorded(store)
         gate = Gate(store, run.gate_config())
         t0 = time.perf_counter()
-        import signal
-        signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
         try:
             summary = run_mine(run, store, gate, replay=False)
         except KeyboardInterrupt:  # cut off by a time limit: keep what was measured

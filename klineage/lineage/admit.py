@@ -22,6 +22,7 @@ from pathlib import Path
 
 from klineage.errors import ReplayMissingError
 from klineage.gate.gate import Gate, kernel_hash
+from klineage.lineage.walk import compare_timing
 from klineage.mechanisms import Applied, Kernel, detect_all, registry
 from klineage.workload import Workload
 
@@ -78,18 +79,20 @@ def rewrite_for(mechanism: str, source: str, requires: list[str], config: dict |
 
 
 def _trial_ratios(base, new) -> list[dict]:
-    by = {tuple(sorted(t["shape"].items())): t for t in new.timing}
+    """Per benchmark case: the rewrite's speedup over its base (compare_timing, read with the
+    rewritten kernel as the richer one) and whether every trial is beyond the noise."""
     out = []
-    for t in base.timing:
-        n = by.get(tuple(sorted(t["shape"].items())))
-        if n is None:
-            continue
-        ratios = [a / b for a, b in zip(t["trial_medians_us"], n["trial_medians_us"])]
-        noise = max(MIN_NOISE, t.get("spread", 0.0), n.get("spread", 0.0))
-        out.append({"shape": t["shape"], "base_us": t["latency_us"], "new_us": n["latency_us"],
-                    "speedup": t["latency_us"] / n["latency_us"], "trial_speedups": ratios, "noise": noise,
-                    "beyond_noise": all(r > 1 + noise for r in ratios)})
+    for e in compare_timing(new, base):
+        noise = max([MIN_NOISE] + [t.get("spread", 0.0) for t in list(base.timing) + list(new.timing)
+                                   if _key(t["shape"]) == _key(e["shape"])])
+        out.append({"shape": e["shape"], "base_us": e["simpler_us"], "new_us": e["richer_us"],
+                    "speedup": e["speedup"], "trial_speedups": e["trial_speedups"], "noise": noise,
+                    "beyond_noise": all(r > 1 + noise for r in e["trial_speedups"])})
     return out
+
+
+def _key(shape: dict) -> tuple:
+    return tuple(sorted(shape.items()))
 
 
 def admit_skill(card: dict, targets_by_workload: dict[str, list[Target]], gate: Gate, replay: bool = False,

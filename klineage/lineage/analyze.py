@@ -26,6 +26,7 @@ from klineage.errors import ReplayMissingError
 from klineage.gate.gate import Gate, GateConfig
 from klineage.lineage import admit as admit_mod
 from klineage.lineage import probe as probe_mod
+from klineage.lineage.walk import compare_timing
 from klineage.workload import Workload, load_workload
 
 
@@ -58,6 +59,9 @@ class _Recording:
     def with_config(self, config, share_worker: bool = True):
         return _Recording(self._gate.with_config(config, share_worker), self._sink)
 
+    def close(self) -> None:
+        self._gate.close()
+
     def evaluate(self, *a, **kw):
         res = self._gate.evaluate(*a, **kw)
         self._sink.append(res)
@@ -89,7 +93,7 @@ def analyze_transitions(transitions: list[dict], source_of: Callable[[str], str 
     an = Analysis()
     rec_gate = _Recording(gate, an.evaluations)
     probers = {name: probe_mod.Prober(rec_gate, wl, replay) for name, wl in workloads.items()} if cfg.probes else {}
-    extra_rounds = [round_gate(gate, r) for r in range(2, cfg.rounds + 1)]
+    extra_rounds = [_Recording(round_gate(gate, r), an.evaluations) for r in range(2, cfg.rounds + 1)]
     if cfg.static:
         from klineage.lineage.static import static_preconditions
     if cfg.scope:
@@ -103,13 +107,12 @@ def analyze_transitions(transitions: list[dict], source_of: Callable[[str], str 
             progress("analysis", step=f"{t['workload_name']}:{t['step']}", mechanism=t["mechanism"])
             for g in extra_rounds:
                 try:
-                    r_rich = _Recording(g, an.evaluations).evaluate(rich, wl, replay=replay)
-                    r_simple = _Recording(g, an.evaluations).evaluate(simple, wl, replay=replay)
+                    r_rich = g.evaluate(rich, wl, replay=replay)
+                    r_simple = g.evaluate(simple, wl, replay=replay)
                 except ReplayMissingError as e:
                     an.missing.append({"transition_id": tid, "what": f"round {g.config.round}", "message": str(e)})
                     continue
                 if r_rich.passed and r_simple.passed:
-                    from klineage.lineage.walk import compare_timing
                     out["rounds"].append({"round": g.config.round, "effects": compare_timing(r_rich, r_simple),
                                           "eval_richer": r_rich.eval_key, "eval_simpler": r_simple.eval_key})
                 else:

@@ -139,8 +139,10 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
     t0 = time.perf_counter()
     summary = {"lineages": [], "missing": [], "evaluations": {}, "phases": {}}
     evals = []
+    known: dict = {}  # workload name -> folder, for the analysis pass
     for tgt in run.targets:
         wl = load_workload(tgt.workload_dir)
+        known[wl.name] = tgt.workload_dir
         proposer = make_proposer(tgt.proposer, tgt.workload_dir)
         label = f"{wl.name}/{tgt.proposer}"
         walker = Walker(gate, wl, [proposer], run.limits, replay=replay,
@@ -159,7 +161,6 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
     t_walk = time.perf_counter()
     analysis = None
     if run.analysis is not None:
-        known = {load_workload(t.workload_dir).name: t.workload_dir for t in run.targets}
         workloads = workload_dirs(transitions, known)
         prog = (lambda ev, **kw: progress("analysis", ev, **kw)) if progress else None
         analysis = analyze_transitions(transitions, source_of, gate, workloads, run.analysis, replay, prog)

@@ -20,7 +20,6 @@ run alone, so one crash does not hide the verdict of the others.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,17 +57,16 @@ class Probe:
 def probe_set(wl: Workload) -> list[Probe]:
     """The stress probes of a workload, in a fixed order."""
     base = [dict(s) for s in wl.probe_shapes]
-    size = lambda s: _numel(s)
     probes: list[Probe] = []
     for s in base:
         probes.append(Probe(f"ragged_size:{shape_key(s)}", "ragged_size", s))
-    tiny = min(base, key=size)
+    tiny = min(base, key=_numel)
     probes.append(Probe(f"tiny_size:{shape_key(tiny)}", "tiny_size", tiny))
     for s in base:
         if OFFSET_KEY not in s:
             m = {**s, OFFSET_KEY: 1}
             probes.append(Probe(f"misaligned_base:{shape_key(s)}", "misaligned_base", m))
-    largest = max((s for s in base if OFFSET_KEY not in s), key=size, default=max(base, key=size))
+    largest = max((s for s in base if OFFSET_KEY not in s), key=_numel, default=max(base, key=_numel))
     probes.append(Probe(f"large_magnitude:{shape_key(largest)}", "large_magnitude", {**largest, VALUES_KEY: 1}))
     for i, name in enumerate(sorted(getattr(wl.module, "VALUE_PROBES", {}) or {}), start=2):
         probes.append(Probe(f"value:{name}:{shape_key(largest)}", "value", {**largest, VALUES_KEY: i}))
@@ -216,11 +214,3 @@ def derive(richer: dict | None, simpler: dict | None, mechanism: str, kernel: st
                       "eval_key": p["eval_key"], "shape": p["shape"]})
     return {"preconditions": pre, "risks": risks, "tried": [p["name"] for p in richer["probes"]],
             "both_fail": both, "probed": True}
-
-
-def summary_text(tried: list[str]) -> str:
-    return f"no violating probe found ({len(tried)} tried: {', '.join(tried)})"
-
-
-def dumps(obj) -> str:
-    return json.dumps(obj, sort_keys=True)
