@@ -112,11 +112,14 @@ def main() -> int:
         t0 = time.perf_counter()
         try:
             summary = run_mine(run, store, gate, replay=False)
-        except KeyboardInterrupt:  # cut off by a time limit: keep what was measured
+        except (KeyboardInterrupt, Exception) as exc:  # a time limit or a bug: keep what was measured
             n = store.export_evaluations(ns.out / "mine_h200.jsonl")
-            print(f"interrupted in run {i}: {n} evaluations exported", flush=True)
+            why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"failed ({type(exc).__name__}: {exc})"
+            print(f"{why} in run {i}: {n} evaluations exported", flush=True)
             gate.close()
             store.close()
+            if not isinstance(exc, KeyboardInterrupt):
+                raise
             return 3
         summary["phases"]["command_wall_s"] = time.perf_counter() - t0
         if gate._worker is not None:

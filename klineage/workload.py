@@ -61,6 +61,7 @@ DTYPE_C = {
 SCALAR_C = {"int": "int", "int64": "long long", "float": "float"}
 ROLES = ("in", "out", "inout")
 OFFSET_KEY = "offset"  # reserved shape key: pointer arguments passed this many elements past alignment
+ALIAS_KEY = "alias"    # reserved shape key (1): each output is passed as the buffer of a same-shaped input
 MAX_OFFSET = 64
 CALLABLES = ("make_inputs", "outputs", "scalars", "reference", "vendor", "bytes_moved", "flops")
 

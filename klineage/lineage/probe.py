@@ -9,7 +9,11 @@ here goes further, in ways the workload's contract may not promise:
   misaligned_base  each probe shape again with every pointer one element past 16-byte alignment
   large_magnitude  the largest probe shape with every floating-point input scaled by 1000
   <workload's>     each entry of the workload's optional VALUE_PROBES = {name: fn(inputs, shape)
-                   -> inputs}, on the largest probe shape (e.g. rows of -inf logits)
+                   -> inputs}, on the largest probe shape (e.g. rows of -inf logits); the table may
+                   also sit in a `stress.py` beside workload.py, so adding a probe leaves the
+                   workload's hash (and every stored evaluation of it) unchanged
+  aliased_output   each probe shape with every output passed as the very buffer of an input of the
+                   same shape and dtype (an in-place call), where the workload has such a pair
 
 A probe run is a correctness-only gate evaluation of the kernel against a generated *probe
 workload*: the workload file's own text with the probe list and the input transforms appended, so
@@ -26,11 +30,12 @@ from pathlib import Path
 from klineage import settings
 from klineage.errors import ReplayMissingError
 from klineage.gate.gate import Gate, GateConfig, Status, kernel_hash
-from klineage.workload import OFFSET_KEY, Workload, load_workload, shape_key
+from klineage.workload import ALIAS_KEY, OFFSET_KEY, Workload, load_workload, shape_key
 
 VALUES_KEY = "values"  # reserved key of a generated probe shape: which input transform applies
 LARGE_SCALE = 1000.0
-PROBE_VERSION = "1"
+PROBE_VERSION = "2"
+STRESS_FILE = "stress.py"  # optional VALUE_PROBES table beside a workload.py
 
 # probe kind -> (precondition category, the condition the probe violates, what happens without it)
 KIND_TEXT = {
@@ -44,6 +49,8 @@ KIND_TEXT = {
                         "inputs scaled by 1000"),
     "value": ("data_types", "inputs are free of the special values this probe plants",
               "special input values"),
+    "aliased_output": ("storage", "outputs do not alias inputs (no in-place call)",
+                       "each output passed as the buffer of a same-shaped input"),
 }
 
 
@@ -68,8 +75,11 @@ def probe_set(wl: Workload) -> list[Probe]:
             probes.append(Probe(f"misaligned_base:{shape_key(s)}", "misaligned_base", m))
     largest = max((s for s in base if OFFSET_KEY not in s), key=_numel, default=max(base, key=_numel))
     probes.append(Probe(f"large_magnitude:{shape_key(largest)}", "large_magnitude", {**largest, VALUES_KEY: 1}))
-    for i, name in enumerate(sorted(getattr(wl.module, "VALUE_PROBES", {}) or {}), start=2):
+    for i, name in enumerate(sorted(value_probes(wl)), start=2):
         probes.append(Probe(f"value:{name}:{shape_key(largest)}", "value", {**largest, VALUES_KEY: i}))
+    for s in base:
+        if OFFSET_KEY not in s and aliasable(wl, s):
+            probes.append(Probe(f"aliased_output:{shape_key(s)}", "aliased_output", {**s, ALIAS_KEY: 1}))
     seen, out = set(), []
     for p in probes:
         if p.name not in seen:
@@ -78,10 +88,38 @@ def probe_set(wl: Workload) -> list[Probe]:
     return out
 
 
+def _stress_text(wl: Workload) -> str:
+    f = Path(wl.path).parent / STRESS_FILE
+    return f.read_text() if f.is_file() else ""
+
+
+def value_probes(wl: Workload) -> list[str]:
+    """Names of the workload's VALUE_PROBES (from the workload module or its stress.py)."""
+    names = set(getattr(wl.module, "VALUE_PROBES", {}) or {})
+    text = _stress_text(wl)
+    if text:
+        scope: dict = {}
+        exec(compile(text, str(Path(wl.path).parent / STRESS_FILE), "exec"), scope)
+        names |= set(scope.get("VALUE_PROBES", {}) or {})
+    return sorted(names)
+
+
+def aliasable(wl: Workload, shape: dict) -> bool:
+    """Whether at `shape` some output has the shape and dtype of some input (the worker passes such
+    an output as that input's buffer under the alias key)."""
+    try:
+        ins = wl.make_inputs(shape, 1, device="cpu")
+        outs = wl.outputs(shape)
+    except Exception:  # a workload that cannot build its inputs on the CPU is simply not probed so
+        return False
+    have = {(tuple(t.shape), str(t.dtype).replace("torch.", "")) for t in ins.values()}
+    return any((tuple(dims), dtype) in have for dims, dtype in outs.values())
+
+
 def _numel(shape: dict) -> int:
     n = 1
     for k, v in shape.items():
-        if k not in (OFFSET_KEY, VALUES_KEY):
+        if k not in (OFFSET_KEY, VALUES_KEY, ALIAS_KEY):
             n *= v
     return n
 
@@ -112,6 +150,9 @@ def probe_workload(wl: Workload, probes: list[Probe]) -> Workload:
     """The generated workload that runs `probes` as its benchmark cases (written under the cache
     dir, named by its content, so equal inputs give the same file and hash everywhere)."""
     text = Path(wl.path).read_text()  # the workload file itself
+    stress = _stress_text(wl)
+    if stress:
+        text += f"\n\n# ---- {STRESS_FILE} of this workload ----\n" + stress
     text += _APPENDIX.format(version=PROBE_VERSION, name=f"{wl.name}", shapes=[p.shape for p in probes],
                              values=VALUES_KEY, scale=LARGE_SCALE)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
