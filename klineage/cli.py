@@ -258,6 +258,122 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
         sys.exit(4)
 
 
+@main.group("apply", invoke_without_command=True)
+@click.option("--workload", "workload_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Workload folder of the new kernel (its workload.py).")
+@click.option("--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="The starting kernel (.cu) to make faster.")
+@db_option
+@click.option("--materializer", "materializers", multiple=True, type=click.Choice(["rules", "sweep", "llm"]),
+              help="Backends to use, in order (repeat the option; default: rules and sweep).")
+@click.option("--budget-steps", type=int, default=16, show_default=True, help="Gate evaluations of candidates at most.")
+@click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most (llm).")
+@click.option("--budget-s", type=float, default=None, help="Wall-clock seconds at most.")
+@click.option("--admission", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="Use only admitted skills (off: every skill, for ablation).")
+@click.option("--model", default=None, help="Model id for --materializer llm (default claude-sonnet-4-5).")
+@click.option("--base-url", default=None, help="An OpenAI-compatible server for --materializer llm (e.g. a local one).")
+@click.option("--dry-run", is_flag=True, help="With llm: print the exact first prompt and its cost estimate; send nothing.")
+@click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write best.cu and trajectory.json here.")
+@json_option
+@click.pass_context
+@library_errors
+def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_steps, budget_usd, budget_s, admission,
+              model, base_url, dry_run, replay, out_dir, as_json):
+    """Retrieve skills for a new kernel and apply them one at a time behind the gate.
+
+    \b
+    klineage apply --workload DIR --start KERNEL.cu [--materializer rules|sweep|llm ...] [--out DIR]
+    klineage apply show RUN        replay a stored trajectory
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if workload_dir is None or start_path is None:
+        raise click.UsageError("give --workload DIR and --start KERNEL.cu (or: klineage apply show RUN)")
+    from klineage.apply.loop import ApplyConfig, apply, write_outputs
+    from klineage.gate.gate import Gate
+    from klineage.workload import load_workload
+
+    wl = load_workload(workload_dir)
+    start = start_path.read_text()
+    mats = tuple(materializers) or ("rules", "sweep")
+    cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
+                      admission=admission == "on", model=model)
+    llm = None
+    if "llm" in mats:
+        from klineage.apply import llm as llm_mod
+        # Keys come from the environment only; a missing key stops here, before anything is stored.
+        backend = None
+        if not dry_run:
+            backend = (llm_mod.OpenAICompatBackend(base_url, model or llm_mod.DEFAULT_MODEL) if base_url
+                       else llm_mod.AnthropicBackend(model or llm_mod.DEFAULT_MODEL))
+        llm = llm_mod.LLMMaterializer(backend, budget_usd=budget_usd, model=model)
+        if dry_run:
+            from klineage.apply.materialize import contract_text
+            with _open_store(db_path) as store:
+                skills = store.skills()
+            if not skills:
+                raise click.ClickException("the library is empty: mine first (klineage mine ...) or pass --db")
+            card = skills[0]["card_md"]
+            d = llm.dry_run([card], start, contract_text(wl), None)
+            click.echo(json.dumps({"estimate": d["estimate"], "prompt": d["prompt"]}, indent=1) if as_json
+                       else d["prompt"] + f"\n\n-- estimate: {json.dumps(d['estimate'])}")
+            return
+    store = _open_store(db_path)
+    if replay:
+        from klineage.store.recorded import import_recorded
+        import_recorded(store)
+    if not store.skills():
+        store.close()
+        raise click.ClickException(f"no skills in {store.path}: mine first (klineage mine --config pipelines/mine.toml) "
+                                   "or pass --db skills_db/skills.duckdb")
+    gate = Gate(store)
+    try:
+        run = apply(store, gate, wl, start, str(start_path), cfg, llm=llm, replay=replay)
+    finally:
+        gate.close()
+        store.close()
+    if out_dir:
+        write_outputs(run, out_dir)
+    if as_json:
+        click.echo(json.dumps({k: v for k, v in run.items() if k != "best_source"}, indent=1, default=str))
+    else:
+        click.echo(format_apply_run(run))
+
+
+@apply_cmd.command("show")
+@click.argument("run_id")
+@db_option
+@json_option
+@library_errors
+def apply_show(run_id, db_path, as_json):
+    """Replay a stored apply trajectory (RUN: a run id or its prefix)."""
+    with _open_store(db_path) as store:
+        run = store.get_apply_run(run_id)
+        if run is None:
+            ids = ", ".join(r["run_id"] for r in store.apply_runs()[:10]) or "none stored"
+            raise click.ClickException(f"no single apply run {run_id!r} in {store.path} (runs: {ids})")
+    click.echo(json.dumps(run, indent=1, default=str) if as_json else format_apply_run(run))
+
+
+def format_apply_run(run: dict) -> str:
+    summ = run.get("summary") or {}
+    lines = [f"apply run {run['run_id']} on {run['workload']}: stop {run.get('stop_reason')}; "
+             f"kept {summ.get('kept', [])}"]
+    for c in summ.get("speedup_vs_start", []):
+        shape = ",".join(f"{k}={v}" for k, v in sorted(c["shape"].items()))
+        lines.append(f"  {shape}: {c['start_us']:.1f} us -> {c['best_us']:.1f} us ({c['speedup']:.2f}x)")
+    for st in run.get("steps", []):
+        what = st.get("skill") or (f"sweep {st.get('config')}" if st["backend"] == "sweep" else st["backend"])
+        mark = "kept" if st["accepted"] and st["kind"] == "candidate" else ""
+        lines.append(f"  [{st['seq']:2d}] {st['backend']:6s} {what:44s} {st['status']:18s} {mark} {st.get('note', '')[:80]}")
+    for e in summ.get("excluded", [])[:12]:
+        lines.append(f"  excluded {e['name']}: {'; '.join(e['reasons'])[:160]}")
+    return "\n".join(lines)
+
+
 @main.group("lineage")
 def lineage_group():
     """Inspect stored lineages."""

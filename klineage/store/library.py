@@ -104,3 +104,46 @@ class LibraryMixin:
     def canonical_dump(self) -> dict:
         """Lineages and skills with no timestamps, in a stable order: equal libraries dump equal."""
         return {"lineages": self.lineages(), "skills": [{k: v for k, v in s.items()} for s in self.skills()]}
+
+
+class ApplyMixin:
+    """Methods of klineage.store.db.Store for apply runs: one row per run, one per step. A step is
+    written when it is decided (its evaluation is already stored), so a run cut off mid-way keeps
+    every decided step; the run row is rewritten with its stop reason at the end."""
+
+    def put_apply_run(self, run: dict) -> None:
+        from klineage.store.db import _now
+
+        def go(con):
+            con.execute("DELETE FROM apply_runs WHERE run_id = ?", [run["run_id"]])
+            con.execute("INSERT INTO apply_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [run["run_id"], run["workload"], run["start_hash"], run.get("best_hash"),
+                         run.get("stop_reason"), _dumps(run["config"]), _dumps(run.get("summary")),
+                         run.get("started_at") or _now(), _now() if run.get("stop_reason") else None])
+        self._write(go)
+
+    def put_apply_step(self, run_id: str, step: dict) -> None:
+        def go(con):
+            con.execute("DELETE FROM apply_steps WHERE run_id = ? AND seq = ?", [run_id, step["seq"]])
+            con.execute("INSERT INTO apply_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [run_id, step["seq"], step.get("skill_id"), step["backend"], step.get("kernel_hash"),
+                         step.get("eval_key"), step["status"], bool(step["accepted"]), _dumps(step)])
+        self._write(go)
+
+    def apply_runs(self) -> list[dict]:
+        rows = self._query("SELECT run_id, workload, start_hash, best_hash, stop_reason, config_json, summary_json, "
+                           "started_at, ended_at FROM apply_runs ORDER BY started_at, run_id")
+        return [{"run_id": r, "workload": w, "start_hash": s, "best_hash": b, "stop_reason": why,
+                 "config": json.loads(c), "summary": json.loads(m) if m else None,
+                 "started_at": str(t0) if t0 else None, "ended_at": str(t1) if t1 else None}
+                for r, w, s, b, why, c, m, t0, t1 in rows]
+
+    def get_apply_run(self, ident: str) -> dict | None:
+        """The run whose id starts with `ident`, with its steps in order."""
+        hits = [r for r in self.apply_runs() if r["run_id"].startswith(ident)]
+        if len(hits) != 1:
+            return None
+        run = hits[0]
+        run["steps"] = [json.loads(j) for (j,) in self._query(
+            "SELECT record_json FROM apply_steps WHERE run_id = ? ORDER BY seq", [run["run_id"]])]
+        return run

@@ -102,6 +102,31 @@ CREATE TABLE skill_evidence (
     PRIMARY KEY (skill_id, transition_id)
 );
 """),
+    ("0003_apply_runs", """
+CREATE TABLE apply_runs (
+    run_id      TEXT PRIMARY KEY,
+    workload    TEXT NOT NULL,
+    start_hash  TEXT NOT NULL,
+    best_hash   TEXT,
+    stop_reason TEXT,
+    config_json TEXT NOT NULL,
+    summary_json TEXT,
+    started_at  TIMESTAMP,
+    ended_at    TIMESTAMP
+);
+CREATE TABLE apply_steps (
+    run_id      TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    skill_id    TEXT,
+    backend     TEXT NOT NULL,
+    kernel_hash TEXT,
+    eval_key    TEXT,
+    status      TEXT NOT NULL,
+    accepted    BOOLEAN NOT NULL,
+    record_json TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+"""),
 ]
 
 _TABLE = "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMP)"

@@ -1,0 +1,243 @@
+"""The apply loop: one skill per step, every step behind the gate, the best kept only after a re-measure.
+
+    start kernel --gate--> best
+    repeat:  retrieve on the current best (skills already tried on it left out)
+             take the next (skill, backend) in rank order; sweep points are steered by every candidate
+             gate the candidate; compare its timing trial by trial with the best's (compare_timing)
+             faster beyond the noise in every trial of every case -> re-measure it in a fresh
+             worker (round 2) and compare again; kept only if it is still faster
+    stop:    budget of steps / dollars / wall clock spent, or no candidate left -- with the reason
+
+Every step (skill, backend, flags, prompt hash, cost, gate status, timing, verdict) is stored as it is
+decided (apply_steps), and the run row carries the configuration, the stop reason and the summary, so
+`klineage apply show RUN` replays the trajectory from the database. A run's id is the hash of its
+inputs (workload, start kernel, configuration, library): the same command resumes into the same
+run, and a stored evaluation is never measured twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from klineage.apply.materialize import Candidate, RulesMaterializer, SweepMaterializer, bake
+from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
+from klineage.gate.gate import Gate, GateResult, Status, kernel_hash
+from klineage.lineage.walk import compare_timing
+from klineage.workload import Workload
+
+STOPS = ("budget_steps", "budget_usd", "budget_time", "no_candidates", "start_failed")
+
+
+@dataclass
+class ApplyConfig:
+    materializers: tuple[str, ...] = ("rules", "sweep")
+    budget_steps: int = 16
+    budget_usd: float | None = None
+    budget_s: float | None = None
+    admission: bool = True
+    noise: float = 0.01
+    platform: str = PLATFORM_H200
+    model: str | None = None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__, materializers=list(self.materializers))
+
+
+@dataclass
+class Best:
+    source: str
+    result: GateResult
+    flags: tuple[str, ...] = ()
+    history: list[str] = field(default_factory=list)  # skill names kept, in order
+
+
+def run_id_for(wl: Workload, start: str, cfg: ApplyConfig, skills: list[dict]) -> str:
+    lib = sorted(s["skill_id"] for s in skills)
+    blob = json.dumps({"workload": wl.content_hash, "start": kernel_hash(start), "config": cfg.to_dict(),
+                       "library": lib}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _faster(new: GateResult, best: GateResult, noise: float) -> tuple[bool, list[dict]]:
+    cases = compare_timing(new, best)
+    ok = bool(cases) and all(all(r > 1 + max(noise, c["spread"]) for r in c["trial_speedups"]) for c in cases)
+    return ok, cases
+
+
+def _gate_for(gate: Gate, flags: tuple[str, ...], round_: int = 1) -> Gate:
+    if not flags and round_ == 1:
+        return gate
+    return gate.with_config(replace(gate.config, extra_flags=tuple(gate.config.extra_flags) + tuple(flags),
+                                    round=round_), share_worker=round_ == 1)
+
+
+def _feedback(res: GateResult) -> str:
+    return f"{res.status.value}: {res.error_kind or ''} {res.error_message or ''}".strip()
+
+
+def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: ApplyConfig,
+          llm=None, replay: bool = False, progress=None) -> dict:
+    """Run the loop; returns the run dict (as stored, with steps and the best kernel's source)."""
+    skills = store.skills()
+    run_id = run_id_for(wl, start, cfg, skills)
+    t0 = time.monotonic()
+    run = {"run_id": run_id, "workload": wl.name, "start_hash": kernel_hash(start), "config": cfg.to_dict(),
+           "start_origin": start_origin}
+    store.put_apply_run(run)
+    steps: list[dict] = []
+    structural: set[str] = set()  # skills the rules backend cannot write (no forward rewrite exists)
+
+    def record(step: dict) -> None:
+        step["seq"] = len(steps)
+        steps.append(step)
+        store.put_apply_step(run_id, step)
+        if progress:
+            progress(step)
+
+    def evaluated() -> int:
+        return sum(1 for st in steps if st["kind"] == "candidate")
+
+    def finish(reason: str, best: Best | None, retrieval: dict | None) -> dict:
+        summary = {"stop_reason": reason, "steps": len(steps), "evaluated": evaluated(),
+                   "kept": best.history if best else [],
+                   "spent_usd": round(getattr(llm, "spent_usd", 0.0) or 0.0, 6),
+                   "wall_s": round(time.monotonic() - t0, 3)}
+        if best is not None:
+            summary["speedup_vs_start"] = [
+                {"shape": c["shape"], "start_us": c["simpler_us"], "best_us": c["richer_us"], "speedup": c["speedup"]}
+                for c in compare_timing(best.result, first)]
+            summary["best_flags"] = list(best.flags)
+        summary["rules_skipped_structural"] = sorted(structural)
+        if retrieval is not None:
+            summary["excluded"] = [{"name": e["name"], "reasons": e["reasons"]} for e in retrieval["excluded"]]
+            summary["target"] = retrieval["target"]
+        out = {**run, "best_hash": kernel_hash(best.source) if best else None, "stop_reason": reason,
+               "summary": summary}
+        store.put_apply_run(out)
+        out["steps"] = list(steps)
+        out["best_source"] = best.source if best else None
+        return out
+
+    first = gate.evaluate(start, wl, origin=start_origin, replay=replay)
+    record({"kind": "start", "backend": "start", "skill_id": None, "skill": None, "kernel_hash": first.kernel_hash,
+            "eval_key": first.eval_key, "status": first.status.value, "accepted": first.passed,
+            "timing": first.timing, "note": "the start kernel",
+            "error": None if first.passed else _feedback(first)})
+    if not first.passed:
+        return finish("start_failed", None, None)
+    best = Best(start, first)
+    tried: set[tuple[str, str]] = set()  # (kernel hash, skill id or sweep) already tried
+    mats = {"rules": RulesMaterializer(), "sweep": SweepMaterializer()}
+    if "llm" in cfg.materializers:
+        from klineage.apply.materialize import LLMBackendMaterializer
+        mats["llm"] = LLMBackendMaterializer(llm)
+    feedback: str | None = None
+    retrieval = None
+    while True:
+        if evaluated() >= cfg.budget_steps:
+            return finish("budget_steps", best, retrieval)
+        if cfg.budget_s is not None and time.monotonic() - t0 >= cfg.budget_s:
+            return finish("budget_time", best, retrieval)
+        facts = target_facts(wl, best.source, cfg.platform, best.result)
+        bh = kernel_hash(best.source) + "|" + ",".join(best.flags)
+        retrieval = retrieve(skills, facts, admission=cfg.admission)
+        queue: list[tuple[str, Candidate | None, dict | None]] = []
+        for backend in cfg.materializers:
+            if backend == "sweep":
+                if (bh, "sweep") not in tried:
+                    tried.add((bh, "sweep"))
+                    pts = mats["sweep"].propose_all([_skill(skills, c) for c in retrieval["candidates"]], best.source, wl)
+                    queue += [("sweep", c, None) for c in pts]
+                continue
+            for c in retrieval["candidates"]:
+                if (bh, backend + c["skill_id"]) in tried:
+                    continue
+                if backend == "rules" and _structural(c["mechanism"]):
+                    structural.add(c["name"])  # no forward rewrite exists: only the llm backend can write it
+                    continue
+                queue.append((backend, None, c))
+                break
+        if not queue:
+            return finish("no_candidates", best, retrieval)
+        for backend, cand, entry in queue:
+            if evaluated() >= cfg.budget_steps:
+                break
+            if entry is not None:
+                tried.add((bh, backend + entry["skill_id"]))
+                skill = _skill(skills, entry)
+                try:
+                    got = mats[backend].propose(skill, best.source, wl, feedback)
+                except Exception as exc:  # BudgetExhausted, or a backend error: a stop or a recorded step
+                    from klineage.apply.llm import BudgetExhausted
+                    if isinstance(exc, BudgetExhausted):
+                        return finish("budget_usd", best, retrieval)
+                    record({"kind": "materialize", "backend": backend, "skill_id": entry["skill_id"],
+                            "skill": entry["name"], "status": "MATERIALIZE_ERROR", "accepted": False,
+                            "note": f"{type(exc).__name__}: {exc}", "terms": entry["terms"]})
+                    continue
+                if not got:
+                    record({"kind": "materialize", "backend": backend, "skill_id": entry["skill_id"],
+                            "skill": entry["name"], "status": "NO_REWRITE", "accepted": False,
+                            "note": mats[backend].why_not(skill), "terms": entry["terms"]})
+                    continue
+                cand = got[0]
+                if not cand.source:  # the model gave no kernel
+                    record({"kind": "materialize", "backend": backend, "skill_id": entry["skill_id"],
+                            "skill": entry["name"], "status": "NO_KERNEL", "accepted": False, "note": cand.note,
+                            "exchange": cand.exchange, "terms": entry["terms"]})
+                    feedback = cand.note
+                    continue
+            res = _gate_for(gate, cand.flags).evaluate(cand.source, wl, origin=f"apply {run_id} {backend}", replay=replay)
+            step = {"kind": "candidate", "backend": backend, "skill_id": cand.skill_id, "skill": cand.skill,
+                    "flags": list(cand.flags), "config": cand.config, "kernel_hash": res.kernel_hash,
+                    "eval_key": res.eval_key, "status": res.status.value, "accepted": False, "note": cand.note,
+                    "exchange": cand.exchange, "terms": entry["terms"] if entry else None, "timing": res.timing}
+            if not res.passed:
+                feedback = _feedback(res)
+                step["feedback"] = feedback
+                record(step)
+                continue
+            faster, cases = _faster(res, best.result, cfg.noise)
+            step["vs_best"] = cases
+            if faster:  # re-measure in a fresh worker before keeping it
+                again = _gate_for(gate, cand.flags, round_=2).evaluate(cand.source, wl, origin=f"apply {run_id} re-measure",
+                                                                      replay=replay)
+                still, cases2 = _faster(again, best.result, cfg.noise) if again.passed else (False, [])
+                step["remeasure"] = {"eval_key": again.eval_key, "status": again.status.value, "vs_best": cases2}
+                if still:
+                    step["accepted"] = True
+                    name = cand.skill or f"sweep {cand.config}"
+                    source = bake(cand.source, cand.config) if cand.backend == "sweep" else cand.source
+                    best = Best(source, again, (), best.history + [name])
+                    if cand.backend == "sweep" and kernel_hash(source) != kernel_hash(cand.source):
+                        baked = gate.evaluate(source, wl, origin=f"apply {run_id} sweep baked", replay=replay)
+                        step["baked"] = {"eval_key": baked.eval_key, "status": baked.status.value}
+                        if baked.passed:
+                            best = Best(source, baked, (), best.history)
+                        else:  # the baked source must behave as the flagged one; keep the flags if not
+                            best = Best(cand.source, again, cand.flags, best.history)
+            feedback = None
+            record(step)
+            if step["accepted"]:
+                break  # retrieve again on the new best
+
+
+def _structural(mechanism: str) -> bool:
+    from klineage.mechanisms import registry
+    m = registry().get(mechanism)
+    return m is None or bool(m.STRUCTURAL)
+
+
+def _skill(skills: list[dict], entry: dict) -> dict:
+    return next(s for s in skills if s["skill_id"] == entry["skill_id"])
+
+
+def write_outputs(run: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    if run.get("best_source"):
+        (out / "best.cu").write_text(run["best_source"])
+    (out / "trajectory.json").write_text(json.dumps({k: v for k, v in run.items() if k != "best_source"},
+                                                    indent=1, default=str) + "\n")

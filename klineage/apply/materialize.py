@@ -1,0 +1,177 @@
+"""Materialize: turn a retrieved skill into a concrete candidate kernel. One registry, three backends.
+
+  rules  the mechanism's forward (`reoptimize`) rewrite at a matching anchor of the current kernel,
+         kept only when it adds that mechanism and nothing else (the detectors' audit);
+  sweep  for kernels that expose tunable configuration by the corpus's documented convention,
+             #ifndef NAME
+             #define NAME <integer>
+             #endif
+         a sweep of 5-7 points over those constants, passed as -DNAME=value, steered by the retrieved
+         skills: values their cards' example configurations name for constants of the same role
+         (block size, unroll / vector / coarsening factor) come first, then the default's neighbours;
+         the winner is written back into the source (`bake`), so the kept kernel stands alone;
+  llm    klineage.apply.llm (Anthropic Messages API, or an OpenAI-compatible server): the skill's card
+         verbatim, the current kernel, the workload contract and the last gate feedback.
+
+Each backend returns Candidates; the loop gates each one. A backend that has nothing for a skill
+returns [] (and says why in `why_not`).
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from klineage.lineage.admit import rewrite_for
+from klineage.workload import Workload
+
+TUNABLE_RE = re.compile(r"#ifndef (\w+)\s*\n\s*#define \1 (\d+)\b[^\n]*\n\s*#endif")
+MAX_SWEEP = 7
+MIN_SWEEP = 5
+# the role of a tunable constant, from its name
+ROLES = {"block": re.compile(r"BLOCK|THREADS|WARPS"), "factor": re.compile(r"UNROLL|VEC|COARSEN|ITEMS|PER_THREAD|ILP")}
+
+
+@dataclass
+class Candidate:
+    source: str
+    backend: str
+    skill_id: str | None
+    skill: str | None
+    flags: tuple[str, ...] = ()
+    config: dict = field(default_factory=dict)
+    note: str = ""
+    exchange: dict | None = None  # the llm backend's call record (never the key)
+
+
+def tunables(source: str) -> dict[str, int]:
+    """{NAME: default} of the source's overridable integer constants, in file order."""
+    return {m.group(1): int(m.group(2)) for m in TUNABLE_RE.finditer(source)}
+
+
+def bake(source: str, values: dict[str, int]) -> str:
+    """The source with the defaults of `values` rewritten (the same kernel as -DNAME=value)."""
+    def sub(m):
+        name = m.group(1)
+        if name not in values:
+            return m.group(0)
+        return m.group(0).replace(f"#define {name} {m.group(2)}", f"#define {name} {values[name]}", 1)
+    return TUNABLE_RE.sub(sub, source)
+
+
+def _role(name: str) -> str | None:
+    for role, pat in ROLES.items():
+        if pat.search(name):
+            return role
+    return None
+
+
+def _steered(skills: list[dict], role: str) -> list[int]:
+    """Integer values the skills' cards give for constants of `role`: their example configurations
+    name macros with values (coarsening: CE_UNROLL = 4) and launch bounds with literal block sizes."""
+    vals: list[int] = []
+    for s in skills:
+        for ex in (s.get("card") or {}).get("carrier", {}).get("example_configuration") or []:
+            if isinstance(ex.get("value"), int) and _role(str(ex.get("name", ""))) == role:
+                vals.append(ex["value"])
+            if role == "block":
+                m = re.fullmatch(r"\((\d+)(?:,\s*\d+)?\)", str(ex.get("args", "")))
+                if m:
+                    vals.append(int(m.group(1)))
+    return vals
+
+
+def _neighbours(role: str | None, default: int) -> list[int]:
+    if role == "block":
+        return [v for v in (128, 256, 512, 64, 1024) if v != default]
+    return [v for v in (default * 2, default * 4, max(1, default // 2)) if v != default]
+
+
+def sweep_points(source: str, skills: list[dict]) -> list[dict[str, int]]:
+    """5-7 configurations over (at most two of) the source's tunables; [] when it exposes none.
+    The default is always the first point; steered values come before plain neighbours."""
+    tun = tunables(source)
+    if not tun:
+        return []
+    names = sorted(tun, key=lambda n: (_role(n) is None, list(tun).index(n)))[:2]
+    axes = {}
+    for n in names:
+        role = _role(n)
+        vals = ([v for v in _steered(skills, role) if v > 0] if role else []) + _neighbours(role, tun[n])
+        axes[n] = list(dict.fromkeys(v for v in vals if v != tun[n]))
+    default = {n: tun[n] for n in names}
+    points = [default]
+    # one axis at a time first (the steered values lead), then pairs
+    for n in names:
+        for v in axes[n][:3]:
+            points.append({**default, n: v})
+    if len(names) == 2:
+        for a, b in itertools.product(axes[names[0]][:2], axes[names[1]][:2]):
+            points.append({names[0]: a, names[1]: b})
+    uniq = list({tuple(sorted(p.items())): p for p in points}.values())
+    return uniq[:MAX_SWEEP]
+
+
+class RulesMaterializer:
+    name = "rules"
+
+    def propose(self, skill: dict, kernel: str, wl: Workload, feedback: str | None = None) -> list[Candidate]:
+        card = skill["card"]
+        requires = [r if isinstance(r, str) else r[-1] for r in card.get("requires") or []]
+        got = rewrite_for(skill["mechanism"], kernel, requires, (card.get("carrier") or {}).get("config"))
+        if got is None:
+            return []
+        src, info = got
+        return [Candidate(src, self.name, skill["skill_id"], skill["name"], config=info.get("config") or {},
+                          note=f"{skill['mechanism']} rewrite at {info.get('locus')}")]
+
+    def why_not(self, skill: dict) -> str:
+        return f"no forward rewrite of {skill['mechanism']} applies to the current kernel"
+
+
+class SweepMaterializer:
+    name = "sweep"
+
+    def propose_all(self, skills: list[dict], kernel: str, wl: Workload) -> list[Candidate]:
+        pts = sweep_points(kernel, skills)
+        if len(pts) < 2:
+            return []
+        steer = sorted({s["name"] for s in skills})
+        out = []
+        for p in pts[1:]:  # the default is the current kernel itself
+            flags = tuple(f"-D{k}={v}" for k, v in sorted(p.items()))
+            out.append(Candidate(kernel, self.name, None, None, flags=flags, config=dict(p),
+                                 note=f"sweep point {p} (steered by {len(steer)} skills)"))
+        return out
+
+    def why_not(self, kernel: str) -> str:
+        return ("the kernel exposes no tunable constants (#ifndef NAME / #define NAME <int> / #endif)"
+                if not tunables(kernel) else "fewer than two sweep points")
+
+
+class LLMBackendMaterializer:
+    """Adapter from klineage.apply.llm.LLMMaterializer to Candidates (one card per call)."""
+    name = "llm"
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    def propose(self, skill: dict, kernel: str, wl: Workload, feedback: str | None = None) -> list[Candidate]:
+        from dataclasses import asdict
+        ex = self.llm.propose([skill["card_md"]], kernel, contract_text(wl), feedback)
+        rec = asdict(ex)
+        if ex.kernel is None:
+            return [Candidate("", self.name, skill["skill_id"], skill["name"], note=f"no kernel: {ex.error}", exchange=rec)]
+        return [Candidate(ex.kernel, self.name, skill["skill_id"], skill["name"], note="llm rewrite", exchange=rec)]
+
+    def why_not(self, skill: dict) -> str:
+        return "the model gave no kernel"
+
+
+def contract_text(wl: Workload) -> str:
+    """What a model needs of the workload: the entry point's C signature and the workload file."""
+    return f"Entry point (keep exactly): {wl.c_signature}\n\nworkload.py:\n" + Path(wl.path).read_text()
+
+
+REGISTRY = {"rules": RulesMaterializer, "sweep": SweepMaterializer, "llm": LLMBackendMaterializer}

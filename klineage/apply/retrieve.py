@@ -1,0 +1,245 @@
+"""Retrieve: which library skills fit a new kernel, why the others do not, and in which order to try them.
+
+The target is described by facts anyone can check:
+  features      the detectors' features of the start kernel (mechanism, anchor)
+  workload      dtypes, family, the sizes of its benchmark and probe shapes (divisible by 4, 8, 32?),
+                whether the contract passes misaligned bases (shapes with the `offset` key) or asks
+                for in-place calls (`IN_PLACE = True` in workload.py), the platform it runs on
+  bottleneck    from a gate run of the start kernel: fraction of copy bandwidth and of the bf16
+                tensor peak, and the class (memory / compute / latency), or "unknown" without one
+
+A skill is a candidate when it is admitted (unless admission is off, for ablation), its measured
+scope holds the target's platform exactly, its `requires` mechanisms are present, the mechanisms it
+`provides` are absent, none of its `conflicts` is present, and its preconditions hold for the
+workload. Preconditions are checked one by one, each with a verdict (holds / fails / unchecked) and
+the reason; a skill mined from several kernels fits when the preconditions of one of them all hold.
+Excluded skills are returned with every reason, so a user sees *why* a skill was not tried.
+
+Ranking: score = 1.0 * effect + 0.5 * family + 0.3 * shape + 0.5 * bottleneck, each term shown:
+  effect      log2 of the skill's median measured source speedup (clipped to [-1, 3])
+  family      1 when a source workload has the target's operator family, else 0
+  shape       1 - |log10(source elements / target elements)| / 3, best source case (0..1)
+  bottleneck  1 when the skill's mechanism addresses the target's bottleneck class, 0.5 unknown, 0 not
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from klineage.mechanisms import detect_all
+from klineage.workload import ALIAS_KEY, OFFSET_KEY, Workload, load_workload
+
+PLATFORM_H200 = "NVIDIA H200 (sm_90)"
+WEIGHTS = {"effect": 1.0, "family": 0.5, "shape": 0.3, "bottleneck": 0.5}
+# what each mechanism works on: memory traffic, instruction/latency overhead, or arithmetic
+ADDRESSES = {
+    "memory": {"vector_access", "cache_hint", "coarsening", "unroll", "restrict", "smem_staging", "smem_padding",
+               "tiled_transpose", "warp_per_row", "block_per_row", "register_cache", "launch_bounds",
+               "thread_block_cluster", "reduce_then_scan", "warp_reduction", "online_softmax"},
+    "compute": {"fast_math", "fast_exp2", "unroll", "launch_bounds", "register_cache"},
+    "latency": {"launch_bounds", "thread_block_cluster", "warp_reduction", "warp_scan", "block_scan",
+                "warp_per_row", "coarsening", "unroll", "radix_select", "bitonic_sort", "warp_bitonic"},
+}
+DTYPE_WORDS = {"bf16": "bfloat16", "bfloat16": "bfloat16", "__nv_bfloat16": "bfloat16", "fp16": "float16",
+               "half": "float16", "float16": "float16", "fp32": "float32", "float32": "float32"}
+PROBE_KINDS = ("misaligned_base", "ragged_size", "tiny_size", "aliased_output", "large_magnitude", "value")
+
+
+@dataclass
+class TargetFacts:
+    workload: str
+    family: str
+    dtypes: tuple[str, ...]
+    platform: str
+    mechanisms: set[str]
+    features: list[list[str]]
+    elements: int                      # elements of the largest benchmark shape (the first tensor dims)
+    misaligned_bases: bool             # the contract passes pointers off 16-byte alignment
+    ragged: bool                       # some shape has a dimension not divisible by 4
+    tiny: bool                         # some shape has a dimension below 32
+    in_place: bool                     # the contract asks for outputs aliasing inputs
+    bottleneck: dict = field(default_factory=lambda: {"class": "unknown"})
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["mechanisms"] = sorted(self.mechanisms)
+        return d
+
+
+def _dims(shape: dict) -> list[int]:
+    return [v for k, v in shape.items() if k not in (OFFSET_KEY, ALIAS_KEY)]
+
+
+def bottleneck_of(result) -> dict:
+    """Bottleneck class of a PASSED gate result from its timing (fractions of the measured copy
+    bandwidth and bf16 tensor peak); "unknown" without one."""
+    if result is None or not getattr(result, "timing", None):
+        return {"class": "unknown", "why": "no gate timing of the start kernel"}
+    mem = max((t.get("bandwidth_fraction") or 0.0) for t in result.timing)
+    comp = max((t.get("compute_fraction") or t.get("flops_fraction") or 0.0) for t in result.timing)
+    if max(mem, comp) < 0.3:
+        cls = "latency"
+    else:
+        cls = "memory" if mem >= comp else "compute"
+    return {"class": cls, "memory_fraction": mem, "compute_fraction": comp, "source": result.eval_key}
+
+
+def target_facts(wl: Workload, source: str, platform: str = PLATFORM_H200, start_result=None) -> TargetFacts:
+    feats = detect_all(source)
+    shapes = [s for _, s in wl.all_shapes()]
+    bench = max(wl.benchmark_cases, key=lambda s: math.prod(_dims(s)))
+    return TargetFacts(
+        workload=wl.name, family=getattr(wl.module, "FAMILY", ""), dtypes=tuple(wl.dtypes), platform=platform,
+        mechanisms={f.mechanism for f in feats}, features=sorted([f.mechanism, f.anchor] for f in feats),
+        elements=math.prod(_dims(bench)),
+        misaligned_bases=any(wl.pointer_offset(s) for s in shapes),
+        ragged=any(d % 4 for s in shapes for d in _dims(s)),
+        tiny=any(d < 32 for s in shapes for d in _dims(s)),
+        in_place=bool(getattr(wl.module, "IN_PLACE", False)),
+        bottleneck=bottleneck_of(start_result))
+
+
+def _probe_kind(item: dict) -> str | None:
+    name = item.get("probe") or ""
+    kind = name.split(":", 1)[0]
+    return kind if kind in PROBE_KINDS else None
+
+
+def _kind_verdict(kind: str, t: TargetFacts) -> tuple[str, str]:
+    if kind == "misaligned_base":
+        return ("fails", "the contract passes base pointers off 16-byte alignment") if t.misaligned_bases else \
+            ("holds", "every shape of the contract passes aligned bases")
+    if kind == "ragged_size":
+        return ("fails", "the contract has a size not divisible by 4") if t.ragged else \
+            ("holds", "every size of the contract is a multiple of 4")
+    if kind == "tiny_size":
+        return ("fails", "the contract has a size below 32") if t.tiny else ("holds", "every size is at least 32")
+    if kind == "aliased_output":
+        return ("fails", "the contract asks for in-place calls (IN_PLACE)") if t.in_place else \
+            ("holds", "the contract passes distinct input and output buffers")
+    return ("unchecked", "the contract does not bound input values; the risk stays on the card")
+
+
+def check_precondition(category: str, item: dict, t: TargetFacts) -> dict:
+    """One precondition against the target: {category, condition, source, verdict, reason}."""
+    out = {"category": category, "condition": item["condition"], "source": item.get("source"),
+           "kernel": item.get("kernel")}
+    cond = item["condition"]
+    src = item.get("source")
+    if cond.startswith("handled in code"):
+        return {**out, "verdict": "holds", "reason": "the carrier itself handles the case"}
+    if category == "hardware":
+        m = re.findall(r"not (sm_\d+a?)", cond)
+        arch = "sm_" + t.platform.split("sm_")[-1].rstrip(")") if "sm_" in t.platform else ""
+        if m:
+            bad = any(arch.rstrip("a") == a.rstrip("a") for a in m)
+            return {**out, "verdict": "fails" if bad else "holds",
+                    "reason": f"target platform {t.platform}" + (" is excluded" if bad else " is not among " + ", ".join(m))}
+    head = cond.split(":")[0]
+    if category == "data_types" and "operand" in head:  # a statement about the tensors' dtype, not the math
+        words = {DTYPE_WORDS[w] for w in re.findall(r"\b(bf16|bfloat16|__nv_bfloat16|fp16|half|float16|fp32|float32)\b",
+                                                     head)}
+        if words:
+            ok = bool(words & set(t.dtypes))
+            return {**out, "verdict": "holds" if ok else "fails",
+                    "reason": f"workload dtypes {', '.join(t.dtypes)}" + ("" if ok else f"; the carrier needs {', '.join(sorted(words))}")}
+    kind = _probe_kind(item)
+    if kind:
+        verdict, why = _kind_verdict(kind, t)
+        return {**out, "verdict": verdict, "reason": why + (f" (violated on the H200 by probe {item['probe']})"
+                                                            if src == "probe" else "")}
+    return {**out, "verdict": "unchecked",
+            "reason": "a fact of the source kernel with no workload condition to test (stays on the card)"}
+
+
+def check_preconditions(card: dict, t: TargetFacts) -> tuple[bool, list[dict]]:
+    """(fits, checks): fits when, for some source kernel of the skill, none of its preconditions
+    (nor the kernel-independent ones) fails."""
+    checks = [check_precondition(cat, it, t) for cat, items in (card.get("preconditions") or {}).items() for it in items]
+    general = [c for c in checks if not c["kernel"]]
+    kernels = sorted({c["kernel"] for c in checks if c["kernel"]})
+    if any(c["verdict"] == "fails" for c in general):
+        return False, checks
+    if not kernels:
+        return True, checks
+    fits = any(all(c["verdict"] != "fails" for c in checks if c["kernel"] == k) for k in kernels)
+    return fits, checks
+
+
+def _names(items) -> list[str]:
+    return [i if isinstance(i, str) else i[-1] for i in items or []]
+
+
+_FAMILIES: dict[str, str] = {}
+
+
+def _family(workload: str) -> str:
+    if workload not in _FAMILIES:
+        root = Path(__file__).resolve().parents[2]
+        fam = ""
+        for d in (root / "expert_kernels" / workload, root / "apply_workloads" / workload):
+            if (d / "workload.py").is_file():
+                try:
+                    fam = getattr(load_workload(d).module, "FAMILY", "")
+                except Exception:  # a workload that no longer loads just has no family here
+                    fam = ""
+                break
+        _FAMILIES[workload] = fam
+    return _FAMILIES[workload]
+
+
+def rank_terms(card: dict, mechanism: str, t: TargetFacts) -> dict:
+    eff = card.get("effects") or {}
+    med = eff.get("median_speedup") or 1.0
+    cases = eff.get("per_case") or []
+    family = 1.0 if any(_family(c.get("workload", "")) == t.family and t.family for c in cases) else 0.0
+    shape = 0.0
+    for c in cases:
+        n = math.prod(v for k, v in (c.get("shape") or {}).items() if k not in (OFFSET_KEY, ALIAS_KEY)) or 1
+        shape = max(shape, 1.0 - min(1.0, abs(math.log10(n / max(t.elements, 1))) / 3.0))
+    cls = t.bottleneck.get("class", "unknown")
+    fit = 0.5 if cls == "unknown" else (1.0 if mechanism in ADDRESSES.get(cls, set()) else 0.0)
+    terms = {"effect": max(-1.0, min(3.0, math.log2(med))) if med > 0 else -1.0, "family": family,
+             "shape": round(shape, 4), "bottleneck": fit}
+    terms["score"] = round(sum(WEIGHTS[k] * v for k, v in terms.items()), 4)
+    return terms
+
+
+def retrieve(skills: list[dict], t: TargetFacts, admission: bool = True, tried: set[str] | None = None) -> dict:
+    """{"candidates": [ranked entries], "excluded": [{skill_id, name, reasons, checks}]} for `skills`
+    (store.skills() rows: skill_id, name, mechanism, card)."""
+    cands, excluded = [], []
+    for s in skills:
+        card, mech = s["card"], s["mechanism"]
+        reasons = []
+        adm = (card.get("admission") or {}).get("status", "pending")
+        if admission and adm != "admitted":
+            reasons.append(f"not admitted ({adm}: {(card.get('admission') or {}).get('reason', '')})".rstrip(": )") + ")")
+        measured = (card.get("scope") or {}).get("measured_platforms") or (card.get("scope") or {}).get("platforms") or []
+        if t.platform not in measured:
+            reasons.append(f"verified scope {measured} does not hold the target platform {t.platform}")
+        missing = [m for m in _names(card.get("requires")) if m not in t.mechanisms]
+        if missing:
+            reasons.append(f"requires {', '.join(missing)}, absent from the start kernel")
+        present = [m for m in _names(card.get("provides")) if m in t.mechanisms]
+        if present:
+            reasons.append(f"provides {', '.join(sorted(set(present)))}, already in the start kernel")
+        clash = [m for m in _names(card.get("conflicts")) if m in t.mechanisms]
+        if clash:
+            reasons.append(f"conflicts with {', '.join(clash)} in the start kernel")
+        fits, checks = check_preconditions(card, t)
+        if not fits:
+            for c in checks:
+                if c["verdict"] == "fails":
+                    reasons.append(f"precondition ({c['category']}) fails: {c['condition']} — {c['reason']}")
+        if tried and s["skill_id"] in tried:
+            reasons.append("already tried on this kernel")
+        entry = {"skill_id": s["skill_id"], "name": s["name"], "mechanism": mech}
+        if reasons:
+            excluded.append({**entry, "reasons": reasons, "checks": checks})
+        else:
+            cands.append({**entry, "terms": rank_terms(card, mech, t), "checks": checks})
+    cands.sort(key=lambda c: (-c["terms"]["score"], c["name"]))
+    return {"target": t.to_dict(), "candidates": cands, "excluded": excluded}

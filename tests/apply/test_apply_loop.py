@@ -1,0 +1,167 @@
+"""The apply stage on the shipped library with a scripted gate (a test double: its latencies are a
+function of the kernel text and flags, not measurements): retrieval with exclusion reasons and
+ranking terms, rules and sweep materializers, the loop's acceptance, re-measure, budgets and stop
+reasons, the stored trajectory and `klineage apply show`, and the llm path's missing-key stop."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from klineage.apply.loop import ApplyConfig, apply
+from klineage.apply.materialize import bake, sweep_points, tunables
+from klineage.apply.retrieve import retrieve, target_facts
+from klineage.cli import main
+from klineage.gate.gate import Status
+from klineage.mechanisms import detect_all
+from klineage.store import open_store
+from klineage.workload import load_workload
+
+from tests.lineage.test_walk import ScriptedGate
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "skills_db" / "skills.duckdb"
+SWIGLU = ROOT / "expert_kernels" / "swiglu"
+ROW_SUM = ROOT / "expert_kernels" / "row_sum"
+
+
+@pytest.fixture()
+def lib(tmp_path):
+    db = tmp_path / "lib.duckdb"
+    shutil.copy(SHIPPED, db)
+    store = open_store(db)
+    yield store
+    store.close()
+
+
+def _latency(gate):
+    """Fewer us for every detected mechanism, and for a block size of 256 given by flag."""
+    def lat(src):
+        n = len({f.mechanism for f in detect_all(src)})
+        bonus = 0.8 if any(f.endswith("=256") for f in gate.config.extra_flags) or "BLOCK 256" in src else 1.0
+        return 100.0 / (1 + 0.25 * n) * bonus
+    return lat
+
+
+class FlagAwareGate(ScriptedGate):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.latency = _latency(self)
+
+    def with_config(self, config, share_worker=True):
+        g = super().with_config(config, share_worker)
+        g.latency = _latency(g)
+        return g
+
+
+def test_retrieval_excludes_with_the_failing_precondition(lib):
+    rs = load_workload(ROW_SUM)
+    t = target_facts(rs, (ROW_SUM / "naive.cu").read_text())
+    r = retrieve(lib.skills(), t, admission=True)
+    by = {e["name"]: e for e in r["excluded"]}
+    # the admitted fast_math skill was mined on bf16 kernels: excluded from fp32 row_sum with that precondition
+    fm = by["fast_math/math-call-frcp-rn"]
+    assert any("precondition (data_types) fails" in x and "bf16" in x and "float32" in x for x in fm["reasons"])
+    assert all(any(x.startswith("not admitted") for x in e["reasons"]) for n, e in by.items() if n != fm["name"])
+    sw = load_workload(SWIGLU)
+    r = retrieve(lib.skills(), target_facts(sw, (SWIGLU / "naive.cu").read_text()), admission=True)
+    assert [c["name"] for c in r["candidates"]] == ["fast_math/math-call-frcp-rn"]
+    terms = r["candidates"][0]["terms"]
+    assert set(terms) == {"effect", "family", "shape", "bottleneck", "score"} and terms["family"] == 1.0
+
+
+def test_ranking_shows_its_terms_and_requires_hold(lib):
+    sw = load_workload(SWIGLU)
+    r = retrieve(lib.skills(), target_facts(sw, (SWIGLU / "naive.cu").read_text()), admission=False)
+    scores = [c["terms"]["score"] for c in r["candidates"]]
+    assert scores == sorted(scores, reverse=True) and len(r["candidates"]) > 10
+    ex = {e["name"]: e["reasons"] for e in r["excluded"]}
+    assert any("requires online_softmax" in x for x in ex["register_cache/kernel-structure"])
+
+
+def test_sweep_points_and_bake():
+    src = (ROOT / "expert_kernels" / "cross_entropy" / "expert.cu").read_text()
+    tun = tunables(src)
+    assert tun == {"CE_BLOCK": 512, "CE_UNROLL": 4}
+    pts = sweep_points(src, [])
+    assert 5 <= len(pts) <= 7 and pts[0] == tun and len({tuple(sorted(p.items())) for p in pts}) == len(pts)
+    baked = bake(src, {"CE_BLOCK": 256})
+    assert tunables(baked) == {"CE_BLOCK": 256, "CE_UNROLL": 4} and baked.count("\n") == src.count("\n")
+    assert sweep_points((ROW_SUM / "naive.cu").read_text(), []) == [] or tunables((ROW_SUM / "naive.cu").read_text())
+
+
+def test_apply_rules_end_to_end_keeps_only_faster_remeasured_steps(lib, tmp_path):
+    sw = load_workload(SWIGLU)
+    start = (SWIGLU / "naive.cu").read_text()
+    gate = FlagAwareGate(store=lib)
+    run = apply(lib, gate, sw, start, str(SWIGLU / "naive.cu"), ApplyConfig(admission=False, budget_steps=8))
+    assert run["stop_reason"] in ("budget_steps", "no_candidates")
+    kept = [s for s in run["steps"] if s["accepted"] and s["kind"] == "candidate"]
+    assert kept and all(s["remeasure"]["status"] == "PASSED" for s in kept)
+    assert all(s["backend"] in ("rules", "sweep") for s in kept)
+    assert run["summary"]["speedup_vs_start"] and all(c["speedup"] > 1 for c in run["summary"]["speedup_vs_start"])
+    assert sum(1 for s in run["steps"] if s["kind"] == "candidate") <= 8
+    # rules that do not apply are recorded, not gated
+    assert any(s["status"] == "NO_REWRITE" for s in run["steps"])
+    # the trajectory is stored and `apply show` replays it
+    again = lib.get_apply_run(run["run_id"][:8])
+    assert again["stop_reason"] == run["stop_reason"] and len(again["steps"]) == len(run["steps"])
+    assert [s["status"] for s in again["steps"]] == [s["status"] for s in run["steps"]]
+
+
+def test_a_failing_candidate_is_recorded_and_feeds_back(lib):
+    sw = load_workload(SWIGLU)
+    start = (SWIGLU / "naive.cu").read_text()
+    gate = FlagAwareGate(store=lib)
+    gate.verdict = lambda src: Status.INCORRECT if "__restrict__" in src else Status.PASSED
+    run = apply(lib, gate, sw, start, "naive.cu", ApplyConfig(admission=False, budget_steps=6))
+    bad = [s for s in run["steps"] if s["status"] == "INCORRECT"]
+    assert bad and all(not s["accepted"] and s["feedback"].startswith("INCORRECT") for s in bad)
+
+
+def test_start_failure_and_empty_candidates_stop_with_a_reason(lib):
+    sw = load_workload(SWIGLU)
+    gate = FlagAwareGate(store=lib)
+    gate.verdict = lambda src: Status.COMPILE_ERROR
+    run = apply(lib, gate, sw, "bad", "bad.cu", ApplyConfig())
+    assert run["stop_reason"] == "start_failed" and run["best_source"] is None
+    gate = FlagAwareGate(store=lib)
+    rs = load_workload(ROW_SUM)
+    run = apply(lib, gate, rs, (ROW_SUM / "naive.cu").read_text(), "naive.cu", ApplyConfig(materializers=("rules",)))
+    assert run["stop_reason"] == "no_candidates"
+    assert any(e["name"] == "fast_math/math-call-frcp-rn" for e in run["summary"]["excluded"])
+
+
+def test_llm_without_a_key_stops_at_once_and_stores_nothing(tmp_path, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    db = tmp_path / "lib.duckdb"
+    shutil.copy(SHIPPED, db)
+    r = CliRunner().invoke(main, ["apply", "--workload", str(SWIGLU), "--start", str(SWIGLU / "naive.cu"),
+                                  "--db", str(db), "--materializer", "llm"])
+    assert r.exit_code != 0 and "ANTHROPIC_API_KEY" in r.output
+    store = open_store(db)
+    try:
+        assert store.apply_runs() == [] and store._query("SELECT count(*) FROM apply_steps")[0][0] == 0
+    finally:
+        store.close()
+
+
+def test_llm_dry_run_prints_the_prompt_without_a_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    db = tmp_path / "lib.duckdb"
+    shutil.copy(SHIPPED, db)
+    r = CliRunner().invoke(main, ["apply", "--workload", str(SWIGLU), "--start", str(SWIGLU / "naive.cu"),
+                                  "--db", str(db), "--materializer", "llm", "--dry-run", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert "extern \"C\"" in d["prompt"] and d["estimate"]["usd_max"] > 0
+
+
+def test_apply_show_names_the_runs_when_the_id_is_unknown(tmp_path):
+    db = tmp_path / "lib.duckdb"
+    shutil.copy(SHIPPED, db)
+    r = CliRunner().invoke(main, ["apply", "show", "nope", "--db", str(db)])
+    assert r.exit_code != 0 and "no single apply run" in r.output
