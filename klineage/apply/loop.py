@@ -121,6 +121,29 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
         out["best_source"] = best.source if best else None
         return out
 
+    def keep(step: dict, cand: Candidate) -> bool:
+        """Re-measure a faster candidate in a fresh worker; make it the best if it is still faster
+        (a sweep point is baked into the source and gated as such). Rewrites the step's record."""
+        nonlocal best
+        again = _gate_for(gate, cand.flags, round_=2).evaluate(cand.source, wl, origin=f"apply {run_id} re-measure",
+                                                              replay=replay)
+        still, cases2 = _faster(again, best.result, cfg.noise) if again.passed else (False, [])
+        step["remeasure"] = {"eval_key": again.eval_key, "status": again.status.value, "vs_best": cases2}
+        if still:
+            step["accepted"] = True
+            name = cand.skill or f"sweep {cand.config}"
+            new = Best(cand.source, again, cand.flags, best.history + [name])
+            if cand.backend == "sweep":
+                source = bake(cand.source, cand.config)
+                baked = gate.evaluate(source, wl, origin=f"apply {run_id} sweep baked", replay=replay)
+                step["baked"] = {"eval_key": baked.eval_key, "status": baked.status.value}
+                if baked.passed:  # the baked source stands alone; else the flags stay with the kernel
+                    new = Best(source, baked, (), new.history)
+                tried.add((kernel_hash(new.source) + "|" + ",".join(new.flags), "sweep"))  # no sweep around its own winner
+            best = new
+        store.put_apply_step(run_id, step)
+        return still
+
     first = gate.evaluate(start, wl, origin=start_origin, replay=replay)
     record({"kind": "start", "backend": "start", "skill_id": None, "skill": None, "kernel_hash": first.kernel_hash,
             "eval_key": first.eval_key, "status": first.status.value, "accepted": first.passed,
@@ -162,6 +185,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                 break
         if not queue:
             return finish("no_candidates", best, retrieval)
+        sweep_steps: list[tuple[dict, Candidate, GateResult]] = []
         for backend, cand, entry in queue:
             if evaluated() >= cfg.budget_steps:
                 break
@@ -200,29 +224,18 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                 step["feedback"] = feedback
                 record(step)
                 continue
-            faster, cases = _faster(res, best.result, cfg.noise)
-            step["vs_best"] = cases
-            if faster:  # re-measure in a fresh worker before keeping it
-                again = _gate_for(gate, cand.flags, round_=2).evaluate(cand.source, wl, origin=f"apply {run_id} re-measure",
-                                                                      replay=replay)
-                still, cases2 = _faster(again, best.result, cfg.noise) if again.passed else (False, [])
-                step["remeasure"] = {"eval_key": again.eval_key, "status": again.status.value, "vs_best": cases2}
-                if still:
-                    step["accepted"] = True
-                    name = cand.skill or f"sweep {cand.config}"
-                    source = bake(cand.source, cand.config) if cand.backend == "sweep" else cand.source
-                    best = Best(source, again, (), best.history + [name])
-                    if cand.backend == "sweep" and kernel_hash(source) != kernel_hash(cand.source):
-                        baked = gate.evaluate(source, wl, origin=f"apply {run_id} sweep baked", replay=replay)
-                        step["baked"] = {"eval_key": baked.eval_key, "status": baked.status.value}
-                        if baked.passed:
-                            best = Best(source, baked, (), best.history)
-                        else:  # the baked source must behave as the flagged one; keep the flags if not
-                            best = Best(cand.source, again, cand.flags, best.history)
             feedback = None
+            step["faster"], step["vs_best"] = _faster(res, best.result, cfg.noise)
             record(step)
-            if step["accepted"]:
+            if backend == "sweep":  # every point first; the fastest is the one to keep
+                sweep_steps.append((step, cand, res))
+                continue
+            if step["faster"] and keep(step, cand):
                 break  # retrieve again on the new best
+        winners = sorted((x for x in sweep_steps if x[0]["faster"]),
+                         key=lambda x: -min(min(c["trial_speedups"]) for c in x[0]["vs_best"]))
+        for step, cand, _res in winners[:1]:
+            keep(step, cand)
 
 
 def _structural(mechanism: str) -> bool:

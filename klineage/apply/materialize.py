@@ -84,8 +84,9 @@ def _steered(skills: list[dict], role: str) -> list[int]:
 
 def _neighbours(role: str | None, default: int) -> list[int]:
     if role == "block":
-        return [v for v in (128, 256, 512, 64, 1024) if v != default]
-    return [v for v in (default * 2, default * 4, max(1, default // 2)) if v != default]
+        return [v for v in (128, 256, 512, 64, 1024, 768) if v != default]
+    return list(dict.fromkeys(v for v in (default * 2, default * 4, max(1, default // 2), max(1, default // 4),
+                                          default * 8) if v != default))
 
 
 def sweep_points(source: str, skills: list[dict]) -> list[dict[str, int]]:
@@ -103,8 +104,9 @@ def sweep_points(source: str, skills: list[dict]) -> list[dict[str, int]]:
     default = {n: tun[n] for n in names}
     points = [default]
     # one axis at a time first (the steered values lead), then pairs
+    per_axis = MAX_SWEEP - 1 if len(names) == 1 else 3
     for n in names:
-        for v in axes[n][:3]:
+        for v in axes[n][:per_axis]:
             points.append({**default, n: v})
     if len(names) == 2:
         for a, b in itertools.product(axes[names[0]][:2], axes[names[1]][:2]):

@@ -165,3 +165,19 @@ def test_apply_show_names_the_runs_when_the_id_is_unknown(tmp_path):
     shutil.copy(SHIPPED, db)
     r = CliRunner().invoke(main, ["apply", "show", "nope", "--db", str(db)])
     assert r.exit_code != 0 and "no single apply run" in r.output
+
+
+def test_sweep_on_a_new_workload_bakes_the_winner(lib):
+    d = ROOT / "apply_workloads" / "gelu"
+    wl = load_workload(d)
+    start = (d / "naive.cu").read_text()
+    pts = sweep_points(start, lib.skills())
+    assert 5 <= len(pts) <= 7 and pts[0] == tunables(start)
+    run = apply(lib, FlagAwareGate(store=lib), wl, start, str(d / "naive.cu"),
+                ApplyConfig(materializers=("sweep",), budget_steps=10))
+    sweeps = [s for s in run["steps"] if s["backend"] == "sweep"]
+    assert len(sweeps) == len(pts) - 1 and all(s["flags"] for s in sweeps)  # the default is the start itself
+    kept = [s for s in sweeps if s["accepted"]]
+    assert [s["config"] for s in kept] == [{"GELU_BLOCK": 256}] and kept[0]["baked"]["status"] == "PASSED"
+    assert "#define GELU_BLOCK 256" in run["best_source"] and run["summary"]["best_flags"] == []
+    assert run["stop_reason"] == "no_candidates"
