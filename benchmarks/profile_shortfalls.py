@@ -94,13 +94,18 @@ def _candidate(res, wl):
     return Candidate(res.so_path, wl)
 
 
-def cumsum_case(dev, calls: int, ncu_pass: bool) -> dict:
+def _setup(name: str):
+    """(workload folder, workload, its module, the current CUDA stream)."""
     import torch
     from klineage.workload import load_workload
-    wl_dir = ROOT / "expert_kernels" / "cumsum"
+    wl_dir = ROOT / "expert_kernels" / name
     wl = load_workload(wl_dir)
-    mod = wl.module
-    stream = torch.cuda.current_stream()
+    return wl_dir, wl, wl.module, torch.cuda.current_stream()
+
+
+def cumsum_case(dev, calls: int, ncu_pass: bool) -> dict:
+    import torch
+    wl_dir, wl, mod, stream = _setup("cumsum")
     shape = {"rows": 1, "cols": 1048576}
     x = mod.make_inputs(shape, 1, device="cuda")["x"]
     want = mod.reference({"x": x.cpu()}, shape)["out"].cuda()
@@ -145,11 +150,7 @@ def cumsum_case(dev, calls: int, ncu_pass: bool) -> dict:
 
 def swiglu_case(dev, calls: int, ncu_pass: bool) -> dict:
     import torch
-    from klineage.workload import load_workload
-    wl_dir = ROOT / "expert_kernels" / "swiglu"
-    wl = load_workload(wl_dir)
-    mod = wl.module
-    stream = torch.cuda.current_stream()
+    wl_dir, wl, mod, stream = _setup("swiglu")
     shape = {"rows": 16384, "cols": 8192}
     inp = mod.make_inputs(shape, 1, device="cuda")
     out = torch.empty_like(inp["a"])

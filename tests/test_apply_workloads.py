@@ -292,18 +292,22 @@ def _axpby_variants(inputs: dict, sc: dict) -> tuple[dict, dict]:
     return good, bad
 
 
+def _variants(wl, inputs, s):
+    """(good, bad) output variants of the workload's computation on `inputs`."""
+    if wl.name == "gelu":
+        return _gelu_variants(inputs["x"])
+    if wl.name == "rope":
+        return _rope_variants(inputs)
+    return _axpby_variants(inputs, wl.scalars(s))
+
+
 def test_tolerance_admits_fp32_arithmetic_and_rejects_shortcuts(wl):
     strict = Tolerance(wl.tolerance.rtol, wl.tolerance.atol, 1.0)
     for s in SMALL[wl.name][-2:]:
         for seed in (1, 2, 3):
             inputs = wl.make_inputs(s, seed)
             ref = wl.reference(inputs, s)["out"]
-            if wl.name == "gelu":
-                good, bad = _gelu_variants(inputs["x"])
-            elif wl.name == "rope":
-                good, bad = _rope_variants(inputs)
-            else:
-                good, bad = _axpby_variants(inputs, wl.scalars(s))
+            good, bad = _variants(wl, inputs, s)
             for k, out in good.items():
                 c = compare(out, ref, strict)
                 assert c.ok, (k, s, seed, c.reason)
@@ -316,12 +320,7 @@ def test_tolerance_at_large_magnitudes(wl):
     s = SMALL[wl.name][-1]
     inputs = {k: (t * 1000.0).to(t.dtype) for k, t in wl.make_inputs(s, 1).items()}
     ref = wl.reference(inputs, s)["out"]
-    if wl.name == "gelu":
-        good, _ = _gelu_variants(inputs["x"])
-    elif wl.name == "rope":
-        good, _ = _rope_variants(inputs)
-    else:
-        good, _ = _axpby_variants(inputs, wl.scalars(s))
+    good, _ = _variants(wl, inputs, s)
     assert torch.isfinite(ref).all()
     for k, out in good.items():
         assert compare(out, ref, wl.tolerance).ok, k
