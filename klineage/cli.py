@@ -41,11 +41,34 @@ def _open_store(db_path: Path | None):
     return open_store(db_path or settings.default_db())
 
 
-def _version_text() -> str:
+def toolchain_facts() -> dict:
+    """Version and toolchain: nvcc, GPU, libclang, the tree-sitter CUDA grammar, torch, duckdb."""
+    from importlib import metadata
+
     from klineage.gate.compile import nvcc_version
     from klineage.gate.pool import gpu_available
-    nv = nvcc_version() or "not found"
-    return f"klineage {__version__}\nnvcc {nv}\nGPU {'present' if gpu_available() else 'none'}"
+
+    def dist(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+    try:
+        from klineage.parse.semantics import libclang_version
+        clang = libclang_version()
+    except Exception as exc:  # a broken libclang install is a fact to report, not a crash
+        clang = f"unavailable ({type(exc).__name__}: {exc})"
+    return {"klineage": __version__, "nvcc": nvcc_version() or None, "gpu": "present" if gpu_available() else "none",
+            "libclang": clang, "tree_sitter": dist("tree-sitter"), "tree_sitter_cuda": dist("tree-sitter-cuda"),
+            "torch": dist("torch"), "duckdb": dist("duckdb"), "anthropic": dist("anthropic")}
+
+
+def _version_text() -> str:
+    f = toolchain_facts()
+    return "\n".join([f"klineage {f['klineage']}", f"nvcc {f['nvcc'] or 'not found'}", f"GPU {f['gpu']}",
+                      f"libclang {f['libclang'] or 'not found'}",
+                      f"tree-sitter {f['tree_sitter'] or 'not found'} (grammar: tree-sitter-cuda {f['tree_sitter_cuda'] or 'not found'})",
+                      f"torch {f['torch'] or 'not found'}, duckdb {f['duckdb'] or 'not found'}"])
 
 
 def _print_version(ctx, _param, value):
@@ -64,8 +87,8 @@ def main():
 @main.command("toolchain")
 @json_option
 def toolchain(as_json):
-    """Report the version and the toolchain found (nvcc, GPU)."""
-    click.echo(json.dumps({"text": _version_text()}) if as_json else _version_text())
+    """Report the version and the toolchain found (nvcc, GPU, libclang, tree-sitter grammar)."""
+    click.echo(json.dumps(toolchain_facts(), indent=1) if as_json else _version_text())
 
 
 @main.command("gate")
@@ -242,20 +265,28 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
     if over:
         run.limits = dataclasses.replace(run.limits, **over)
     store = _open_store(db_path)
-    if replay:
-        from klineage.store.recorded import import_recorded
-        import_recorded(store)
-    gate = Gate(store, run.gate_config())
-    progress = _Progress(quiet or as_json)
     try:
-        summary = run_mine(run, store, gate, replay=replay, progress=progress)
+        summary = _execute_mine(run, store, replay, quiet or as_json)
     finally:
-        progress.done()
-        gate.close()
         store.close()
     click.echo(json.dumps(summary, indent=1, default=str) if as_json else format_mine_summary(summary))
     if summary["missing"]:
         sys.exit(4)
+
+
+def _execute_mine(run, store, replay: bool, quiet: bool) -> dict:
+    from klineage.gate.gate import Gate
+    from klineage.lineage.mine import run_mine
+    if replay:
+        from klineage.store.recorded import import_recorded
+        import_recorded(store)
+    gate = Gate(store, run.gate_config())
+    progress = _Progress(quiet)
+    try:
+        return run_mine(run, store, gate, replay=replay, progress=progress)
+    finally:
+        progress.done()
+        gate.close()
 
 
 @main.group("apply", invoke_without_command=True)
@@ -277,11 +308,12 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write best.cu and trajectory.json here.")
+@click.option("--quiet", is_flag=True, help="No progress line.")
 @json_option
 @click.pass_context
 @library_errors
 def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_steps, budget_usd, budget_s, admission,
-              model, base_url, dry_run, replay, out_dir, as_json):
+              model, base_url, dry_run, replay, out_dir, quiet, as_json):
     """Retrieve skills for a new kernel and apply them one at a time behind the gate.
 
     \b
@@ -301,15 +333,8 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
     mats = tuple(materializers) or ("rules", "sweep")
     cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
                       admission=admission == "on", model=model)
-    llm = None
-    if "llm" in mats:
-        from klineage.apply import llm as llm_mod
-        # Keys come from the environment only; a missing key stops here, before anything is stored.
-        backend = None
-        if not dry_run:
-            backend = (llm_mod.OpenAICompatBackend(base_url, model or llm_mod.DEFAULT_MODEL) if base_url
-                       else llm_mod.AnthropicBackend(model or llm_mod.DEFAULT_MODEL))
-        llm = llm_mod.LLMMaterializer(backend, budget_usd=budget_usd, model=model)
+    llm = _make_llm(mats, model, base_url, budget_usd, dry_run)
+    if llm is not None:
         if dry_run:
             from klineage.apply.materialize import contract_text
             with _open_store(db_path) as store:
@@ -322,18 +347,9 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
                        else d["prompt"] + f"\n\n-- estimate: {json.dumps(d['estimate'])}")
             return
     store = _open_store(db_path)
-    if replay:
-        from klineage.store.recorded import import_recorded
-        import_recorded(store)
-    if not store.skills():
-        store.close()
-        raise click.ClickException(f"no skills in {store.path}: mine first (klineage mine --config pipelines/mine.toml) "
-                                   "or pass --db skills_db/skills.duckdb")
-    gate = Gate(store)
     try:
-        run = apply(store, gate, wl, start, str(start_path), cfg, llm=llm, replay=replay)
+        run = _execute_apply(store, wl, start, str(start_path), cfg, llm, replay, quiet=quiet or as_json)
     finally:
-        gate.close()
         store.close()
     if out_dir:
         write_outputs(run, out_dir)
@@ -341,6 +357,135 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
         click.echo(json.dumps({k: v for k, v in run.items() if k != "best_source"}, indent=1, default=str))
     else:
         click.echo(format_apply_run(run))
+
+
+def _make_llm(mats, model, base_url, budget_usd, dry_run=False):
+    """The llm materializer when asked for. Keys come from the environment only; a missing key
+    raises here (MissingKeyError names the variable), before anything is stored."""
+    if "llm" not in mats:
+        return None
+    from klineage.apply import llm as llm_mod
+    backend = None
+    if not dry_run:
+        backend = (llm_mod.OpenAICompatBackend(base_url, model or llm_mod.DEFAULT_MODEL) if base_url
+                   else llm_mod.AnthropicBackend(model or llm_mod.DEFAULT_MODEL))
+    return llm_mod.LLMMaterializer(backend, budget_usd=budget_usd, model=model)
+
+
+class _ApplyProgress:
+    """One stderr line, rewritten per step: steps, kept, and counts per gate status."""
+
+    def __init__(self, quiet: bool, label: str):
+        self.quiet, self.label, self.counts, self.kept, self.n = quiet, label, {}, 0, 0
+
+    def __call__(self, step: dict) -> None:
+        self.n += 1
+        self.counts[step["status"]] = self.counts.get(step["status"], 0) + 1
+        self.kept += bool(step["accepted"] and step["kind"] == "candidate")
+        if not self.quiet:
+            st = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+            click.echo(f"\r[{self.label}] steps {self.n} · kept {self.kept} · {st}\033[K", err=True, nl=False)
+
+    def done(self) -> None:
+        if not self.quiet and self.n:
+            click.echo("", err=True)
+
+
+def _execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, gate_config=None,
+                   quiet: bool = True) -> dict:
+    from klineage.apply.loop import apply
+    from klineage.gate.gate import Gate
+    if replay:
+        from klineage.store.recorded import import_recorded
+        import_recorded(store)
+    if not store.skills():
+        raise click.ClickException(f"no skills in {store.path}: mine first (klineage mine --config pipelines/mine.toml) "
+                                   "or pass --db skills_db/skills.duckdb")
+    gate = Gate(store, gate_config)
+    progress = _ApplyProgress(quiet, f"apply {wl.name}")
+    try:
+        return apply(store, gate, wl, start, origin, cfg, llm=llm, replay=replay, progress=progress)
+    finally:
+        progress.done()
+        gate.close()
+
+
+@main.command("run")
+@click.argument("pipeline", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@db_option
+@click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
+@click.option("--quiet", is_flag=True, help="No progress line.")
+@json_option
+@library_errors
+def run_cmd(pipeline, db_path, replay, quiet, as_json):
+    """Execute a declarative pipeline (pipelines/NAME.toml: kind = mine | apply), validated strictly,
+    and record it with its configuration in the database."""
+    import hashlib
+    import time as _time
+
+    from klineage.pipelines import load_pipeline
+    from klineage.workload import load_workload
+
+    pl = load_pipeline(pipeline)
+    llm = None
+    if pl.kind == "apply":
+        ap = pl.run
+        llm = _make_llm(ap.config.materializers, ap.config.model, ap.base_url, ap.config.budget_usd)
+    store = _open_store(db_path)
+    rid = hashlib.sha256(f"{pl.digest}|{replay}|{_time.time_ns()}".encode()).hexdigest()[:16]
+    from datetime import datetime, timezone
+    rec = {"run_id": rid, "name": pl.name, "kind": pl.kind, "path": str(pipeline), "config_hash": pl.digest,
+           "config_text": pl.text, "replay": replay, "started_at": datetime.now(timezone.utc).replace(tzinfo=None)}
+    store.put_pipeline_run(rec)
+    outcome, result = "failed", None
+    try:
+        if pl.kind == "mine":
+            result = _execute_mine(pl.run, store, replay, quiet or as_json)
+            outcome = "missing" if result["missing"] else "ok"
+        else:
+            from klineage.apply.loop import write_outputs
+            from klineage.gate.gate import GateConfig
+            from klineage.lineage.mine import MineRun
+            ap = pl.run
+            gcfg = MineRun([], timing=ap.gate).gate_config() if ap.gate else GateConfig()
+            result = _execute_apply(store, load_workload(ap.workload), ap.start.read_text(), str(ap.start), ap.config,
+                                    llm, replay, gcfg, quiet=quiet or as_json)
+            if ap.out:
+                write_outputs(result, ap.out)
+            outcome = "ok"
+    finally:
+        summary = None
+        if result is not None:
+            summary = ({k: v for k, v in result.items() if k not in ("lineages",)} if pl.kind == "mine"
+                       else {"apply_run": result["run_id"], "stop_reason": result["stop_reason"]})
+        store.put_pipeline_run({**rec, "outcome": outcome, "summary": summary})
+        store.close()
+    if as_json:
+        click.echo(json.dumps({"pipeline_run": rid, "kind": pl.kind, "outcome": outcome,
+                               "result": {k: v for k, v in result.items() if k != "best_source"}}, indent=1, default=str))
+    else:
+        click.echo(format_mine_summary(result) if pl.kind == "mine" else format_apply_run(result))
+        click.echo(f"pipeline run {rid} ({pl.name}, {pl.kind}): {outcome}")
+    if outcome == "missing":
+        sys.exit(4)
+
+
+@apply_cmd.command("list")
+@db_option
+@json_option
+@library_errors
+def apply_list(db_path, as_json):
+    """List stored apply runs: id, workload, stop reason, skills kept."""
+    with _open_store(db_path) as store:
+        runs = store.apply_runs()
+    if as_json:
+        click.echo(json.dumps(runs, indent=1, default=str))
+        return
+    if not runs:
+        click.echo("no apply runs stored: run `klineage apply --workload DIR --start KERNEL.cu`")
+    for r in runs:
+        kept = (r.get("summary") or {}).get("kept", [])
+        click.echo(f"{r['run_id']}  {r['workload']:16s} {str(r['stop_reason']):14s} kept {len(kept)}: {', '.join(kept)[:80]}")
 
 
 @apply_cmd.command("show")
@@ -475,17 +620,38 @@ def skills_stats(db_path, as_json):
 
 @skills_group.command("export")
 @db_option
-@click.option("--format", "fmt", type=click.Choice(["skill-md", "jsonl"]), default="skill-md", show_default=True)
-@click.option("--out", "out", type=click.Path(path_type=Path), required=True, help="Output folder (skill-md) or file (jsonl).")
+@click.option("--format", "fmt", type=click.Choice(["skill-md", "jsonl", "parquet"]), default="skill-md", show_default=True,
+              help="skill-md: a SKILL.md folder per skill; jsonl: one card per line; parquet: one row per skill.")
+@click.option("--out", "out", type=click.Path(path_type=Path), required=True,
+              help="Output folder (skill-md) or file (jsonl, parquet).")
 @library_errors
 def skills_export(db_path, fmt, out):
-    """Export the library: one SKILL.md folder per skill (Agent Skills layout), or JSON lines."""
+    """Export the library: one SKILL.md folder per skill (Agent Skills layout), JSON lines (one card
+    per line), or Parquet (one row per skill: id, name, mechanism, median speedup, admission status,
+    risks, the card as JSON and as markdown)."""
     with _open_store(db_path) as store:
         skills = store.skills()
     if fmt == "skill-md":
         from klineage.report.skill_md import export_skill_md
         paths = export_skill_md(skills, out)
         click.echo(f"wrote {len(paths)} skills under {out}")
+    elif fmt == "parquet":
+        import duckdb
+        out.parent.mkdir(parents=True, exist_ok=True)
+        con = duckdb.connect()
+        con.execute("CREATE TABLE s (skill_id TEXT, name TEXT, mechanism TEXT, median_speedup DOUBLE, "
+                    "admission TEXT, risks INTEGER, card_json TEXT, card_md TEXT)")
+        for s in skills:
+            c = s["card"]
+            con.execute("INSERT INTO s VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [s["skill_id"], s["name"], s["mechanism"], (c.get("effects") or {}).get("median_speedup"),
+                         (c.get("admission") or {}).get("status"), len(c.get("risks") or []),
+                         json.dumps(c, sort_keys=True), s["card_md"]])
+        tmp = out.with_name(out.name + ".tmp")
+        con.execute(f"COPY s TO '{tmp.as_posix()}' (FORMAT PARQUET)")
+        con.close()
+        tmp.replace(out)
+        click.echo(f"wrote {len(skills)} skills to {out}")
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "w") as f:

@@ -32,12 +32,22 @@ def _dump(db: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory):
-    """`klineage mine --config pipelines/mine.toml --replay` into a fresh database."""
+    """`klineage run pipelines/mine.toml --replay` into a fresh database (the pipeline runner over
+    the same configuration `klineage mine --config` reads)."""
     db = tmp_path_factory.mktemp("replay") / "lib.duckdb"
-    r = CliRunner().invoke(main, ["mine", "--config", str(ROOT / "pipelines" / "mine.toml"), "--db", str(db),
-                                  "--replay", "--json"])
+    r = CliRunner().invoke(main, ["run", str(ROOT / "pipelines" / "mine.toml"), "--db", str(db), "--replay", "--json"])
     assert r.exit_code == 0, r.output[-3000:]
-    return db, json.loads(r.output)
+    out = json.loads(r.output)
+    assert out["kind"] == "mine" and out["outcome"] == "ok"
+    store = open_store(db)
+    try:  # the run is recorded with its configuration
+        (rec,) = store.pipeline_runs()
+        assert rec["run_id"] == out["pipeline_run"] and rec["name"] == "corpus" and rec["replay"]
+        text = store._query("SELECT config_text FROM pipeline_runs")[0][0]
+        assert text == (ROOT / "pipelines" / "mine.toml").read_text() and rec["ended_at"] >= rec["started_at"]
+    finally:
+        store.close()
+    return db, out["result"]
 
 
 @pytest.fixture(scope="module")

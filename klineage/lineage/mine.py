@@ -78,7 +78,7 @@ def targets_for(paths: list[Path], proposer: str) -> list[Target]:
     return out
 
 
-_TOP_KEYS = {"name", "description", "limits", "target", "analysis", "gate"}
+_TOP_KEYS = {"kind", "name", "description", "limits", "target", "analysis", "gate"}
 _GATE_KEYS = {"warmup": (0, 100), "reps": (5, 500), "trials": (2, 10)}
 _LIMIT_KEYS = {"max_steps", "max_rejections", "min_rederive_ratio"}
 _TARGET_KEYS = {"paths", "proposer"}
@@ -95,6 +95,8 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
     bad = sorted(set(raw) - _TOP_KEYS)
     if bad:
         raise MineConfigError(f"{path}: unknown key {bad[0]!r} (allowed: {', '.join(sorted(_TOP_KEYS))})")
+    if raw.get("kind", "mine") != "mine":
+        raise MineConfigError(f"{path}: kind = {raw['kind']!r}: a mining configuration has kind = \"mine\"")
     lim = raw.get("limits", {})
     bad = sorted(set(lim) - _LIMIT_KEYS)
     if bad:

@@ -199,3 +199,13 @@ def _analyze(digest: str, source: str) -> Semantics:
 def analyze(source: str) -> Semantics:
     """Facts about `source` (cached by content). Never raises for bad CUDA: errors are listed."""
     return _analyze(hashlib.sha256(source.encode()).hexdigest(), source)
+
+
+def libclang_version() -> str:
+    """The libclang wheel's version, after checking that its shared library loads (an index is made)."""
+    from importlib import metadata
+    ci.Index.create()
+    try:
+        return f"{metadata.version('libclang')} (loaded)"
+    except metadata.PackageNotFoundError:
+        return "loaded (version unknown: not installed as the libclang wheel)"

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import duckdb
 
 from klineage.errors import StoreError
-from klineage.store.library import ApplyMixin, LibraryMixin
+from klineage.store.library import ApplyMixin, LibraryMixin, PipelineRunsMixin
 from klineage.store.migrations import migrate
 
 MEMORY = ":memory:"
@@ -172,7 +172,7 @@ def open_store(path: str | Path = MEMORY) -> "Store":
     return Store(con, target)
 
 
-class Store(LibraryMixin, ApplyMixin):
+class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin):
     """Kernels, workloads and evaluations in one DuckDB database. Make one with ``open_store``."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, path: str = MEMORY):

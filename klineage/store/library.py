@@ -147,3 +147,27 @@ class ApplyMixin:
         run["steps"] = [json.loads(j) for (j,) in self._query(
             "SELECT record_json FROM apply_steps WHERE run_id = ? ORDER BY seq", [run["run_id"]])]
         return run
+
+
+class PipelineRunsMixin:
+    """`klineage run` records each pipeline run with its configuration (text and hash): started,
+    then ended with an outcome (ok / missing / failed) and the run's summary."""
+
+    def put_pipeline_run(self, run: dict) -> None:
+        from klineage.store.db import _now
+
+        def go(con):
+            con.execute("DELETE FROM pipeline_runs WHERE run_id = ?", [run["run_id"]])
+            con.execute("INSERT INTO pipeline_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [run["run_id"], run["name"], run["kind"], run["path"], run["config_hash"], run["config_text"],
+                         bool(run["replay"]), run.get("started_at") or _now(),
+                         _now() if run.get("outcome") else None, run.get("outcome"),
+                         _dumps(run.get("summary")) if run.get("summary") is not None else None])
+        self._write(go)
+
+    def pipeline_runs(self) -> list[dict]:
+        rows = self._query("SELECT run_id, name, kind, path, config_hash, replay, started_at, ended_at, outcome "
+                           "FROM pipeline_runs ORDER BY started_at, run_id")
+        return [{"run_id": r, "name": n, "kind": k, "path": p, "config_hash": h, "replay": bool(rp),
+                 "started_at": str(t0) if t0 else None, "ended_at": str(t1) if t1 else None, "outcome": o}
+                for r, n, k, p, h, rp, t0, t1, o in rows]

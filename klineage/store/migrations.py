@@ -127,6 +127,21 @@ CREATE TABLE apply_steps (
     PRIMARY KEY (run_id, seq)
 );
 """),
+    ("0004_pipeline_runs", """
+CREATE TABLE pipeline_runs (
+    run_id       TEXT PRIMARY KEY,
+    name         TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    path         TEXT NOT NULL,
+    config_hash  TEXT NOT NULL,
+    config_text  TEXT NOT NULL,
+    replay       BOOLEAN NOT NULL,
+    started_at   TIMESTAMP,
+    ended_at     TIMESTAMP,
+    outcome      TEXT,
+    summary_json TEXT
+);
+"""),
 ]
 
 _TABLE = "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMP)"

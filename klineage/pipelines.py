@@ -1,0 +1,118 @@
+"""Declarative run configurations (TOML) that `klineage run PIPELINE.toml` executes.
+
+A pipeline file names its kind at the top (`kind = "mine"` or `kind = "apply"`; a file with
+`[[target]]` tables and no kind is a mining pipeline). Every table is validated strictly: an unknown
+key is an error that names the key and the keys allowed. The run is recorded with its configuration
+(the file's text and its hash) in the `pipeline_runs` table, so what produced a library or a
+trajectory can always be read back.
+
+  mine   name, description, [limits], [gate], [analysis], [[target]] paths + proposer
+         (klineage.lineage.mine.load_config)
+  apply  name, description, [gate], [apply]:
+           workload (folder), start (kernel file), materializers (list of rules/sweep/llm),
+           budget_steps, budget_usd, budget_s, admission (bool), model, base_url, out (folder)
+  Paths are relative to the repository root (the folder above pipelines/).
+"""
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from klineage.errors import KLineageError
+
+KINDS = ("mine", "apply")
+_APPLY_TOP = {"kind", "name", "description", "gate", "apply"}
+_APPLY_KEYS = {"workload": str, "start": str, "materializers": list, "budget_steps": int, "budget_usd": (int, float),
+               "budget_s": (int, float), "admission": bool, "model": str, "base_url": str, "out": str}
+
+
+class PipelineError(KLineageError):
+    """A bad pipeline file; the message names the file, the key and the fix."""
+
+
+@dataclass
+class Pipeline:
+    path: Path
+    kind: str
+    name: str
+    text: str
+    raw: dict
+    run: object  # MineRun for mine, ApplyPipeline for apply
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+@dataclass
+class ApplyPipeline:
+    workload: Path
+    start: Path
+    config: object  # klineage.apply.loop.ApplyConfig
+    gate: dict
+    base_url: str | None
+    out: Path | None
+
+
+def _read(path: Path) -> tuple[str, dict]:
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise PipelineError(f"no pipeline file {path}: pass one of pipelines/*.toml") from None
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PipelineError(f"{path} is not valid TOML ({e}): fix the file") from e
+
+
+def load_pipeline(path: str | Path) -> Pipeline:
+    path = Path(path)
+    text, raw = _read(path)
+    kind = raw.get("kind", "mine" if "target" in raw else None)
+    if kind not in KINDS:
+        raise PipelineError(f"{path}: kind = {raw.get('kind')!r}: expected one of {', '.join(KINDS)} "
+                            "(a held-out pipeline arrives with `klineage heldout`)")
+    name = raw.get("name") or path.stem
+    if kind == "mine":
+        from klineage.lineage.mine import load_config
+        return Pipeline(path, kind, name, text, raw, load_config(path)[0])
+    return Pipeline(path, kind, name, text, raw, _apply_pipeline(path, raw))
+
+
+def _apply_pipeline(path: Path, raw: dict) -> ApplyPipeline:
+    from klineage.apply.loop import ApplyConfig
+    bad = sorted(set(raw) - _APPLY_TOP)
+    if bad:
+        raise PipelineError(f"{path}: unknown key {bad[0]!r} (allowed: {', '.join(sorted(_APPLY_TOP))})")
+    ap = raw.get("apply")
+    if not isinstance(ap, dict):
+        raise PipelineError(f"{path}: an apply pipeline needs an [apply] table with workload and start")
+    for k, v in ap.items():
+        if k not in _APPLY_KEYS:
+            raise PipelineError(f"{path}: unknown key apply.{k} (allowed: {', '.join(sorted(_APPLY_KEYS))})")
+        want = _APPLY_KEYS[k]
+        if not isinstance(v, want) or isinstance(v, bool) and want is not bool:
+            raise PipelineError(f"{path}: apply.{k} = {v!r}: expected {getattr(want, '__name__', 'a number')}")
+    for k in ("workload", "start"):
+        if k not in ap:
+            raise PipelineError(f"{path}: apply.{k} is required")
+    mats = tuple(ap.get("materializers", ["rules", "sweep"]))
+    for m in mats:
+        if m not in ("rules", "sweep", "llm"):
+            raise PipelineError(f"{path}: apply.materializers: {m!r} is not one of rules, sweep, llm")
+    gate = raw.get("gate", {})
+    from klineage.lineage.mine import _GATE_KEYS
+    for k, v in gate.items():
+        if k not in _GATE_KEYS:
+            raise PipelineError(f"{path}: unknown key gate.{k} (allowed: {', '.join(_GATE_KEYS)})")
+    base = path.resolve().parent.parent
+    wl, start = base / ap["workload"], base / ap["start"]
+    if not (wl / "workload.py").is_file():
+        raise PipelineError(f"{path}: apply.workload = {ap['workload']!r}: no workload.py there")
+    if not start.is_file():
+        raise PipelineError(f"{path}: apply.start = {ap['start']!r}: no such kernel file")
+    cfg = ApplyConfig(materializers=mats, budget_steps=ap.get("budget_steps", 16), budget_usd=ap.get("budget_usd"),
+                      budget_s=ap.get("budget_s"), admission=ap.get("admission", True), model=ap.get("model"))
+    return ApplyPipeline(wl, start, cfg, dict(gate), ap.get("base_url"), base / ap["out"] if "out" in ap else None)

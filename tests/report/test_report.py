@@ -1,0 +1,203 @@
+"""The static HTML report (klineage.report.render_report) rendered from a copy of the shipped library.
+
+- every page exists; lineage pages carry their latency chart and one highlighted diff per step;
+  skill pages carry every card section; every local link and image resolves (anchors included),
+  and nothing points outside the folder;
+- charts are SVG files written by matplotlib;
+- the held-out page says plainly that no results exist, and charts them per family once a
+  heldout_results table holds rows;
+- in headless Chromium (skipped when no Chromium binary is found) the index, a lineage page and a
+  skill page load without a console message, their DOM holds the charts, and their screenshots are
+  PNGs (kept under $KLINEAGE_REPORT_SHOTS when that is set).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+from markupsafe import escape
+
+from klineage.report import render_report
+from klineage.store import open_store
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "skills_db" / "skills.duckdb"
+SKILL_SECTIONS = ("intent", "anchor", "carrier", "preconditions", "effects", "risks", "scope", "admission",
+                  "probing", "evidence")
+CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome",
+                                                        "google-chrome-stable")) if p), None)
+requires_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium / chromium-browser / google-chrome on PATH")
+
+
+class Page(HTMLParser):
+    """What the tests need of one HTML file: links, image sources, ids, and elements by class."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.path = path
+        self.links: list[str] = []
+        self.ids: set[str] = set()
+        self.classes: dict[str, int] = {}
+        self.imgs: list[str] = []
+        self.inline_svgs = 0
+        self.feed(path.read_text(encoding="utf-8"))
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        for c in (a.get("class") or "").split():
+            self.classes[c] = self.classes.get(c, 0) + 1
+        if tag in ("a", "link") and a.get("href"):
+            self.links.append(a["href"])
+        if tag in ("img", "script", "iframe", "source") and a.get("src"):
+            self.links.append(a["src"])
+            if tag == "img":
+                self.imgs.append(a["src"])
+        if tag == "svg":
+            self.inline_svgs += 1
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    db = tmp / "skills.duckdb"
+    shutil.copyfile(SHIPPED, db)  # opening may migrate the file: never the shipped one
+    store = open_store(db)
+    try:
+        result = render_report(store, tmp / "site")
+        expect = {"lineages": store.lineages(), "skills": store.skills()}
+    finally:
+        store.close()
+    return {"result": result, "out": tmp / "site", **expect}
+
+
+def _is_matplotlib_svg(path: Path) -> bool:
+    text = path.read_text(encoding="utf-8")
+    root = ET.fromstring(text.encode("utf-8"))  # raises on anything that is not well-formed XML
+    return root.tag == "{http://www.w3.org/2000/svg}svg" and "Created with matplotlib" in text
+
+
+def test_site_pages_charts_and_links(site):
+    res, out = site["result"], site["out"]
+    lineages, skills = site["lineages"], site["skills"]
+    assert len(lineages) == 16 and len(skills) == 25
+    assert res["index"] == out / "index.html" and res["heldout"] == out / "heldout.html"
+    assert sorted(res["lineages"]) == sorted(out / "lineage" / f"{l['lineage_id']}.html" for l in lineages)
+    assert sorted(res["skills"]) == sorted(out / "skill" / f"{s['skill_id']}.html" for s in skills)
+    for p in [res["index"], res["heldout"], out / "style.css", *res["lineages"], *res["skills"], *res["charts"]]:
+        assert p.is_file() and p.stat().st_size > 0, p
+
+    # charts: one per lineage and per skill with effects, every one an SVG written by matplotlib
+    assert len(res["charts"]) == len(lineages) + sum(bool(s["card"]["effects"]["per_case"]) for s in skills)
+    for c in res["charts"]:
+        assert c.suffix == ".svg" and _is_matplotlib_svg(c), c
+
+    pages = {p: Page(p) for p in [res["index"], res["heldout"], *res["lineages"], *res["skills"]]}
+
+    # lineage pages: the chart, and one highlighted diff and one anchor per step
+    for lin in lineages:
+        pg = pages[out / "lineage" / f"{lin['lineage_id']}.html"]
+        charts = [s for s in pg.imgs if s.endswith(".svg")]
+        assert charts or pg.inline_svgs, pg.path
+        assert pg.classes.get("diff-block", 0) == len(lin["transitions"]) > 0, pg.path
+        assert pg.classes.get("hl", 0) >= len(lin["transitions"])  # pygments output
+        assert {f"step-{t['step']}" for t in lin["transitions"]} <= pg.ids
+        text = pg.path.read_text()
+        assert all(t["mechanism"] in text and f"{t['effects'][0]['speedup']:.3f}x" in text for t in lin["transitions"])
+
+    # skill pages: every section of the card, the effects chart, links to the evidence steps
+    for s in skills:
+        pg = pages[out / "skill" / f"{s['skill_id']}.html"]
+        assert set(SKILL_SECTIONS) <= pg.ids, (pg.path, set(SKILL_SECTIONS) - pg.ids)
+        assert any(src.endswith(".svg") for src in pg.imgs), pg.path
+        steps = {h for h in pg.links if "lineage/" in h and "#step-" in h}
+        assert len(steps) == len(s["card"]["evidence"]), pg.path  # one step per evidence transition
+        assert str(escape(s["card"]["intent"][:40])) in pg.path.read_text()
+
+    # the index links every lineage and every skill page; the held-out page says none exist
+    idx = pages[res["index"]]
+    linked = {(res["index"].parent / urlsplit(h).path).resolve() for h in idx.links}
+    assert {p.resolve() for p in res["lineages"] + res["skills"] + [res["heldout"]]} <= linked
+    assert "no-heldout" in pages[res["heldout"]].ids
+    assert "No held-out results are stored yet" in res["heldout"].read_text()
+
+    # every link and image resolves to a file of the site (and its anchor to an id there); none leaves it
+    ids_of = {p.resolve(): pg.ids for p, pg in pages.items()}
+    for p, pg in pages.items():
+        for href in pg.links:
+            u = urlsplit(href)
+            assert not u.scheme and not u.netloc, f"{p}: external link {href}"
+            target = (p.parent / unquote(u.path)).resolve() if u.path else p.resolve()
+            assert target.is_file(), f"{p}: broken link {href}"
+            assert out.resolve() in target.parents, f"{p}: link outside the site {href}"
+            if u.fragment and target.suffix == ".html":
+                assert u.fragment in ids_of[target], f"{p}: missing anchor {href}"
+    assert "http" not in (out / "style.css").read_text()
+
+
+def test_heldout_results_charted_per_family(tmp_path):
+    store = open_store(tmp_path / "h.duckdb")
+    try:
+        store._query("CREATE TABLE heldout_results (family TEXT, instance TEXT, condition TEXT, "
+                     "latency_us DOUBLE, reference_us DOUBLE)")
+        store._query("INSERT INTO heldout_results VALUES "
+                     "('softmax', 'rows=1024', 'naive', 200.0, 100.0), ('softmax', 'rows=1024', 'with_skills', 80.0, 100.0), "
+                     "('softmax', 'rows=4096', 'with_skills', 300.0, 330.0), ('layernorm', 'n=8192', 'naive', 50.0, 40.0)")
+        res = render_report(store, tmp_path / "site")
+    finally:
+        store.close()
+    assert res["lineages"] == [] and res["skills"] == []
+    assert len(res["charts"]) == 2 and all(_is_matplotlib_svg(c) for c in res["charts"])
+    pg = Page(res["heldout"])
+    assert "no-heldout" not in pg.ids and len(pg.imgs) == 2
+    text = res["heldout"].read_text()
+    assert "softmax" in text and "layernorm" in text and "1.250x" in text  # 100 / 80
+
+
+# -- in a browser ------------------------------------------------------------------------------------
+
+def _chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                           "--no-first-run", "--hide-scrollbars", f"--user-data-dir={profile}",
+                           "--enable-logging=stderr", "--v=0", *args],
+                          capture_output=True, text=True, timeout=180)
+
+
+def _console_lines(stderr: str) -> list[str]:
+    """Console messages (any level: these pages run no script, so any is a fault) and uncaught errors."""
+    return [ln for ln in stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
+
+
+@requires_chromium
+def test_pages_in_headless_chromium(site, tmp_path):
+    res = site["result"]
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    keep = os.environ.get("KLINEAGE_REPORT_SHOTS")
+    pages = {"index": (res["index"], ["lineage/", "skill/"]),
+             "lineage": (res["lineages"][0], ['class="chart"', "diff-block"]),
+             "skill": (res["skills"][0], ['class="chart"', 'id="preconditions"'])}
+    for name, (page, must) in pages.items():
+        url = page.resolve().as_uri()
+        dom = _chromium(["--dump-dom", url], tmp_path / f"profile-{name}")
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        assert not _console_lines(dom.stderr), _console_lines(dom.stderr)
+        assert all(m in dom.stdout for m in must), (name, [m for m in must if m not in dom.stdout])
+        png = shots / f"{name}.png"
+        shot = _chromium([f"--screenshot={png}", "--window-size=1280,2000", url], tmp_path / f"profile-{name}")
+        assert shot.returncode == 0, shot.stderr[-2000:]
+        assert not _console_lines(shot.stderr), _console_lines(shot.stderr)
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, (png, len(data))
+        assert struct.unpack(">II", data[16:24]) == (1280, 2000)
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(png, Path(keep) / png.name)
