@@ -519,6 +519,29 @@ def format_apply_run(run: dict) -> str:
     return "\n".join(lines)
 
 
+@main.command("report")
+@db_option
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for the static site (index.html, lineage/, skill/, heldout.html).")
+@json_option
+@library_errors
+def report_cmd(db_path, out_dir, as_json):
+    """Write a static HTML report of the library: workloads and skills, a latency chart and diffs per
+    lineage, the full card per skill, the held-out results. No server needed; works offline."""
+    from klineage.report import render_report
+    with _open_store(db_path) as store:
+        if not store.lineages() and not store.skills():
+            raise click.ClickException(f"{store.path} holds no lineages or skills: mine first, or pass --db "
+                                       "skills_db/skills.duckdb")
+        paths = render_report(store, out_dir)
+    if as_json:
+        click.echo(json.dumps({k: [str(x) for x in v] if isinstance(v, list) else str(v) for k, v in paths.items()},
+                              indent=1))
+    else:
+        click.echo(f"wrote {out_dir / 'index.html'}: {len(paths['lineages'])} lineage pages, "
+                   f"{len(paths['skills'])} skill pages, {len(paths['charts'])} charts")
+
+
 @main.group("lineage")
 def lineage_group():
     """Inspect stored lineages."""

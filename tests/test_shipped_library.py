@@ -215,3 +215,9 @@ def test_skills_why_and_stats():
         pre = [p for v in s["preconditions"].values() for p in v if p.get("source") in ("static", "probe", "compile")]
         assert pre or (s["probing"]["tried"] and not s["probing"]["violating"]
                        and s["probing"]["summary"].startswith("no violating probe found")), s["name"]
+
+
+def test_the_library_names_no_path_of_a_checkout():
+    """Nothing in the canonical dump depends on where the repository sits (a clean clone replays it)."""
+    text = json.dumps(_dump(SHIPPED), sort_keys=True, default=str)
+    assert str(ROOT) not in text and "/work/" not in text and "/tmp/" not in text

@@ -46,7 +46,8 @@ def candidate_kernels(wl: Workload, states: list[tuple[str, str]]) -> list[Targe
     """naive.cu, then lineage states (given simplest first), deduplicated by hash."""
     out, seen = [], set()
     naive = Path(wl.path).parent / "naive.cu"
-    items = ([(naive.read_text(), str(naive))] if naive.is_file() else []) + list(states)
+    # named by workload, not by this checkout's path, so a card reads the same on every machine
+    items = ([(naive.read_text(), f"{wl.name}/naive.cu")] if naive.is_file() else []) + list(states)
     for src, origin in items:
         h = kernel_hash(src)
         if h not in seen:

@@ -80,7 +80,7 @@ def test_apply_pipeline_without_a_gpu_stops_with_the_reason_and_records_the_run(
     from klineage.store import open_store
     store = open_store(db)
     try:
-        (rec,) = store.pipeline_runs()
-        assert rec["kind"] == "apply" and rec["outcome"] == "failed" and rec["name"] == "t"
+        (rec,) = [r for r in store.pipeline_runs() if r["name"] == "t"]  # the shipped copy holds its own build run
+        assert rec["kind"] == "apply" and rec["outcome"] == "failed"
     finally:
         store.close()

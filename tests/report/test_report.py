@@ -33,6 +33,9 @@ SKILL_SECTIONS = ("intent", "anchor", "carrier", "preconditions", "effects", "ri
                   "probing", "evidence")
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome",
                                                         "google-chrome-stable")) if p), None)
+# CI installs Debian's chromium and sets KLINEAGE_REQUIRE_BROWSER=1: there a missing browser fails the run
+if CHROMIUM is None and os.environ.get("KLINEAGE_REQUIRE_BROWSER") == "1":
+    raise RuntimeError("KLINEAGE_REQUIRE_BROWSER=1 but no chromium on PATH: apt-get install chromium")
 requires_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium / chromium-browser / google-chrome on PATH")
 
 
@@ -80,9 +83,14 @@ def site(tmp_path_factory):
 
 
 def _is_matplotlib_svg(path: Path) -> bool:
+    """Well-formed SVG whose generator is matplotlib: its RDF creator ("Matplotlib vX.Y.Z,
+    https://matplotlib.org/"), or the "Created with matplotlib" comment of older releases."""
     text = path.read_text(encoding="utf-8")
     root = ET.fromstring(text.encode("utf-8"))  # raises on anything that is not well-formed XML
-    return root.tag == "{http://www.w3.org/2000/svg}svg" and "Created with matplotlib" in text
+    creator = root.find(".//{http://purl.org/dc/elements/1.1/}creator")
+    made_by = "".join(creator.itertext()).strip() if creator is not None else ""
+    return (root.tag == "{http://www.w3.org/2000/svg}svg"
+            and (made_by.startswith("Matplotlib v") or "Created with matplotlib" in text))
 
 
 def test_site_pages_charts_and_links(site):
