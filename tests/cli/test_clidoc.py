@@ -18,3 +18,13 @@ def test_cli_reference_is_current():
     want = reference(main)
     have = (ROOT / "docs" / "cli.md").read_text()
     assert have == want, "docs/cli.md is out of date: run `python -m klineage.clidoc > docs/cli.md`"
+
+
+def test_every_listing_command_has_json_and_long_runs_have_quiet():
+    cmds = {" ".join(p): c for p, c in walk(main, ["klineage"])}
+    for name, cmd in cmds.items():
+        params = {p.name for p in cmd.params}
+        if name.split()[-1] in ("list", "show", "stats", "why", "toolchain"):
+            assert "as_json" in params, name
+    for name in ("klineage mine", "klineage run", "klineage apply"):
+        assert {"as_json", "quiet"} <= {p.name for p in cmds[name].params}, name
