@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from klineage import __version__, settings
-from klineage.errors import KLineageError
+from klineage.errors import KLineageError, read_source
 from klineage.report.text import (format_gate_result, format_lineage, format_lineage_row, format_mine_summary,
                                   format_skill_row, format_workload)
 
@@ -26,14 +26,43 @@ def db_option(fn):
 
 
 def library_errors(fn):
-    """Turn library errors into click errors (exit 1) whose message names the fix."""
+    """Turn library errors into one-line click errors whose message names the fix (exit 2 for bad
+    input, 1 otherwise); with --debug the traceback is shown instead."""
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         try:
             return fn(*a, **kw)
         except KLineageError as exc:
-            raise click.ClickException(str(exc)) from exc
+            if _DEBUG["on"]:
+                raise
+            err = click.ClickException(str(exc))
+            err.exit_code = getattr(exc, "exit_code", 1)
+            raise err from exc
     return wrapper
+
+
+_DEBUG = {"on": False}
+
+
+class _Main(click.Group):
+    """The root group: an unexpected exception is one line (and exit 1) unless --debug is given."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+            raise
+        except KLineageError as exc:
+            if _DEBUG["on"]:
+                raise
+            err = click.ClickException(str(exc))
+            err.exit_code = getattr(exc, "exit_code", 1)
+            raise err from exc
+        except Exception as exc:
+            if _DEBUG["on"]:
+                raise
+            raise click.ClickException(f"internal error: {type(exc).__name__}: {exc} "
+                                       "(run again with --debug for the traceback, and report it)") from exc
 
 
 def _open_store(db_path: Path | None):
@@ -77,9 +106,15 @@ def _print_version(ctx, _param, value):
         ctx.exit()
 
 
-@click.group()
+def _set_debug(ctx, _param, value):
+    _DEBUG["on"] = bool(value)
+
+
+@click.group(cls=_Main)
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Show the version and the toolchain found, then exit.")
+@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
+              help="Show the full traceback of an error instead of its one-line message.")
 def main():
     """KLineage: mine verified GPU-optimization skills from expert CUDA kernels."""
 
@@ -329,7 +364,7 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
     from klineage.workload import load_workload
 
     wl = load_workload(workload_dir)
-    start = start_path.read_text()
+    start = read_source(start_path)
     mats = tuple(materializers) or ("rules", "sweep")
     cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
                       admission=admission == "on", model=model)
@@ -448,7 +483,7 @@ def run_cmd(pipeline, db_path, replay, quiet, as_json):
             from klineage.lineage.mine import MineRun
             ap = pl.run
             gcfg = MineRun([], timing=ap.gate).gate_config() if ap.gate else GateConfig()
-            result = _execute_apply(store, load_workload(ap.workload), ap.start.read_text(), str(ap.start), ap.config,
+            result = _execute_apply(store, load_workload(ap.workload), read_source(ap.start), str(ap.start), ap.config,
                                     llm, replay, gcfg, quiet=quiet or as_json)
             if ap.out:
                 write_outputs(result, ap.out)

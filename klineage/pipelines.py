@@ -30,6 +30,7 @@ _APPLY_KEYS = {"workload": str, "start": str, "materializers": list, "budget_ste
 
 class PipelineError(KLineageError):
     """A bad pipeline file; the message names the file, the key and the fix."""
+    exit_code = 2
 
 
 @dataclass
@@ -58,9 +59,13 @@ class ApplyPipeline:
 
 def _read(path: Path) -> tuple[str, dict]:
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise PipelineError(f"no pipeline file {path}: pass one of pipelines/*.toml") from None
+    except IsADirectoryError:
+        raise PipelineError(f"{path} is a folder: pass one of pipelines/*.toml") from None
+    except UnicodeDecodeError as e:
+        raise PipelineError(f"{path} is not UTF-8 text (byte {e.start}): pass a TOML pipeline file") from None
     try:
         return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -191,7 +191,8 @@ class Gate:
 
     def evaluate_file(self, path: str | Path, workload: Workload, **kw) -> GateResult:
         p = Path(path)
-        return self.evaluate(p.read_text(), workload, origin=str(p), **kw)
+        from klineage.errors import read_source
+        return self.evaluate(read_source(p), workload, origin=str(p), **kw)
 
     def _live_worker(self):
         if self._worker is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from klineage.errors import KLineageError
+from klineage.errors import read_source, KLineageError
 from klineage.settings import display_path
 from klineage.lineage.analyze import AnalysisConfig, analyze_transitions, run_admission, workload_dirs
 from klineage.lineage.lift import lift
@@ -23,6 +23,7 @@ from klineage.workload import load_workload
 
 class MineConfigError(KLineageError):
     """A bad mining configuration or path; the message names the fix."""
+    exit_code = 2
 
 
 @dataclass
@@ -87,9 +88,13 @@ _TARGET_KEYS = {"paths", "proposer"}
 def load_config(path: Path) -> tuple[MineRun, dict]:
     """(run, raw configuration) from a TOML file; MineConfigError naming any unknown key."""
     try:
-        raw = tomllib.loads(Path(path).read_text())
+        raw = tomllib.loads(Path(path).read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise MineConfigError(f"no configuration file {path}: pass pipelines/mine.toml") from None
+    except IsADirectoryError:
+        raise MineConfigError(f"{path} is a folder: pass a pipeline file such as pipelines/mine.toml") from None
+    except UnicodeDecodeError as e:
+        raise MineConfigError(f"{path} is not UTF-8 text (byte {e.start}): pass a TOML pipeline file") from None
     except tomllib.TOMLDecodeError as e:
         raise MineConfigError(f"{path} is not valid TOML ({e}): fix the file") from e
     bad = sorted(set(raw) - _TOP_KEYS)
@@ -97,7 +102,15 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
         raise MineConfigError(f"{path}: unknown key {bad[0]!r} (allowed: {', '.join(sorted(_TOP_KEYS))})")
     if raw.get("kind", "mine") != "mine":
         raise MineConfigError(f"{path}: kind = {raw['kind']!r}: a mining configuration has kind = \"mine\"")
+    for key in ("limits", "gate", "analysis"):
+        if key in raw and not isinstance(raw[key], dict):
+            raise MineConfigError(f"{path}: {key} must be a table ([{key}]), not {type(raw[key]).__name__}")
+    if not isinstance(raw.get("target", []), list) or not all(isinstance(t, dict) for t in raw.get("target", [])):
+        raise MineConfigError(f"{path}: target must be an array of tables ([[target]] with paths and proposer)")
     lim = raw.get("limits", {})
+    for k, v in lim.items():
+        if k in _LIMIT_KEYS and type(v) not in (int, float):
+            raise MineConfigError(f"{path}: limits.{k} = {v!r}: expected a number")
     bad = sorted(set(lim) - _LIMIT_KEYS)
     if bad:
         raise MineConfigError(f"{path}: unknown key limits.{bad[0]} (allowed: {', '.join(sorted(_LIMIT_KEYS))})")
@@ -128,6 +141,10 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
             raise MineConfigError(f"{path}: unknown key target[{i}].{bad[0]} (allowed: paths, proposer)")
         if "paths" not in t:
             raise MineConfigError(f"{path}: target[{i}] needs paths = [...]")
+        if not isinstance(t["paths"], list) or not all(isinstance(x, str) for x in t["paths"]):
+            raise MineConfigError(f"{path}: target[{i}].paths = {t['paths']!r}: expected a list of folder names")
+        if t.get("proposer", "rules") not in ("rules", "versions"):
+            raise MineConfigError(f"{path}: target[{i}].proposer = {t.get('proposer')!r}: expected rules or versions")
         paths = [p if Path(p).is_absolute() else base / p for p in t["paths"]]
         targets += targets_for([Path(p) for p in paths], t.get("proposer", "rules"))
     if not targets:
@@ -149,7 +166,7 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
         label = f"{wl.name}/{tgt.proposer}"
         walker = Walker(gate, wl, [proposer], run.limits, replay=replay,
                         progress=(lambda ev, _l=label, **kw: progress(_l, ev, **kw)) if progress else None)
-        start = proposer.top.source if tgt.proposer == "versions" else tgt.start.read_text()
+        start = proposer.top.source if tgt.proposer == "versions" else read_source(tgt.start)
         lin = walker.run(start, origin=display_path(tgt.start))
         store.put_lineage(lin)
         evals += walker.evaluations

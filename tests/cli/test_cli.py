@@ -35,7 +35,7 @@ def test_workload_show_text_and_json(runner):
 def test_malformed_workload_names_file_and_field(runner, tmp_path):
     (tmp_path / "workload.py").write_text("NAME = 'w'\n")
     r = runner.invoke(main, ["workload", "show", str(tmp_path)])
-    assert r.exit_code == 1
+    assert r.exit_code == 2  # bad input is a usage error
     assert "workload.py" in r.output and "Error" in r.output
 
 
