@@ -270,7 +270,7 @@ class _Progress:
 @main.command("mine")
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @db_option
-@click.option("--proposer", type=click.Choice(["rules", "versions"]), default="rules", show_default=True,
+@click.option("--proposer", type=click.Choice(["rules", "versions", "llm"]), default="rules", show_default=True,
               help="How backward steps are proposed.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A run configuration (pipelines/mine.toml): paths, proposers and limits.")
@@ -278,9 +278,14 @@ class _Progress:
 @click.option("--max-rejections", type=int, default=None, help="Stop a lineage after this many rejected candidates.")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations (skills_db/evaluations) instead of a GPU.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
+@click.option("--model", default=None, help="Model id for --proposer llm (default claude-sonnet-4-5).")
+@click.option("--base-url", default=None, help="An OpenAI-compatible server for --proposer llm.")
+@click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most (--proposer llm).")
+@click.option("--dry-run", is_flag=True, help="With --proposer llm: print the first prompt and its cost estimate; send nothing.")
 @json_option
 @library_errors
-def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, replay, quiet, as_json):
+def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, replay, quiet, model, base_url,
+             budget_usd, dry_run, as_json):
     """Walk expert kernels backward and lift every accepted step into a skill."""
     import dataclasses
 
@@ -299,9 +304,23 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
     over = {k: v for k, v in (("max_steps", max_steps), ("max_rejections", max_rejections)) if v is not None}
     if over:
         run.limits = dataclasses.replace(run.limits, **over)
+    llm = None
+    if any(t.proposer == "llm" for t in run.targets):
+        llm = _make_llm(("llm",), model, base_url, budget_usd, dry_run)
+        if dry_run:
+            from klineage.lineage.llm_proposer import LLMProposer
+            from klineage.apply.llm import build_anthropic_request, estimate_cost
+            from klineage.mechanisms import detect_all
+            tgt = next(t for t in run.targets if t.proposer == "llm")
+            src = read_source(tgt.start)
+            prefix, variable = LLMProposer(llm).prompt(src, detect_all(src), None)
+            est = estimate_cost(build_anthropic_request(prefix, variable, llm.model), llm.model)
+            click.echo(json.dumps({"prompt": prefix + "\n\n" + variable, "estimate": est}, indent=1) if as_json
+                       else f"{prefix}\n\n{variable}\n\n-- estimate: {json.dumps(est)}")
+            return
     store = _open_store(db_path)
     try:
-        summary = _execute_mine(run, store, replay, quiet or as_json)
+        summary = _execute_mine(run, store, replay, quiet or as_json, llm=llm)
     finally:
         store.close()
     click.echo(json.dumps(summary, indent=1, default=str) if as_json else format_mine_summary(summary))
@@ -309,7 +328,7 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
         sys.exit(4)
 
 
-def _execute_mine(run, store, replay: bool, quiet: bool) -> dict:
+def _execute_mine(run, store, replay: bool, quiet: bool, llm=None) -> dict:
     from klineage.gate.gate import Gate
     from klineage.lineage.mine import run_mine
     if replay:
@@ -318,7 +337,7 @@ def _execute_mine(run, store, replay: bool, quiet: bool) -> dict:
     gate = Gate(store, run.gate_config())
     progress = _Progress(quiet)
     try:
-        return run_mine(run, store, gate, replay=replay, progress=progress)
+        return run_mine(run, store, gate, replay=replay, progress=progress, llm=llm)
     finally:
         progress.done()
         gate.close()

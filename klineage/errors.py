@@ -50,3 +50,7 @@ class NoDeviceError(KLineageError):
 
 class ReplayMissingError(KLineageError):
     """A replayed evaluation has no recorded measurement."""
+
+
+class BudgetExhausted(KLineageError):
+    """A spending budget (dollars of model calls) is used up; the run stops with that reason."""

@@ -31,6 +31,9 @@ except ImportError:  # pragma: no cover - depends on the environment
     import httpx2 as httpx  # type: ignore[no-redef]
 
 
+from klineage import errors as _errors  # noqa: E402 (the shared budget error the walk catches)
+
+
 class LLMError(KLineageError):
     """The llm materializer could not get a usable answer."""
 
@@ -43,7 +46,7 @@ class ParseError(LLMError):
     """The model's answer held no parseable kernel."""
 
 
-class BudgetExhausted(LLMError):
+class BudgetExhausted(LLMError, _errors.BudgetExhausted):
     """Sending another request could exceed the spending budget."""
 
 
@@ -295,7 +298,8 @@ class AnthropicBackend(_RetryingBackend):
         if client is None:
             key = env.get("ANTHROPIC_API_KEY") or ""
             if not key.strip():
-                raise MissingKeyError("set ANTHROPIC_API_KEY (or pass --materializer rules|sweep)")
+                raise MissingKeyError("set ANTHROPIC_API_KEY (or use a deterministic backend: apply --materializer rules|sweep, "
+                                      "mine --proposer rules|versions)")
             import anthropic
             self._secret = key
             # SDK retries off: ours are counted. base_url None lets the SDK read ANTHROPIC_BASE_URL.
@@ -409,18 +413,26 @@ class LLMMaterializer:
                                   f"${left:.4f} of the ${self.budget_usd:.4f} budget is left")
 
     def propose(self, cards_md: list[str], kernel: str, contract: str, feedback: str | None) -> Exchange:
+        prefix, variable = build_prompt(cards_md, kernel, contract, feedback)
+        return self.ask(prefix, variable)
+
+    def ask(self, prefix: str, variable: str, parse=parse_kernel) -> Exchange:
+        """One budgeted call with a given prompt (prefix cached): the Exchange, its kernel parsed by
+        `parse` (None: not parsed here). Raises BudgetExhausted before sending when over budget."""
         if self.backend is None:
             raise LLMError("no backend configured: only dry_run is possible")
-        _, _, request = self._request(cards_md, kernel, contract, feedback)
+        request = self.backend.build_request(prefix, variable, self.max_tokens)
         self._check_budget(estimate_cost(request, self.model))
         text, usage, attempts = self.backend.send(request)
         cost = usage.cost_usd(self.model)
         if cost is not None:
             self.spent_usd += cost
-        try:
-            kernel_out, error = parse_kernel(text), None
-        except ParseError as exc:
-            kernel_out, error = None, str(exc)
+        kernel_out, error = None, None
+        if parse is not None:
+            try:
+                kernel_out = parse(text)
+            except ParseError as exc:
+                error = str(exc)
         exchange = Exchange(backend=self.backend.name, model=self.model, prompt_hash=prompt_hash(request),
                             usage=usage, cost_usd=cost, attempts=attempts, text=text, kernel=kernel_out,
                             error=error, warning=None if cost is not None else _no_price_warning(self.model))

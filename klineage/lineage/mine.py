@@ -143,8 +143,8 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
             raise MineConfigError(f"{path}: target[{i}] needs paths = [...]")
         if not isinstance(t["paths"], list) or not all(isinstance(x, str) for x in t["paths"]):
             raise MineConfigError(f"{path}: target[{i}].paths = {t['paths']!r}: expected a list of folder names")
-        if t.get("proposer", "rules") not in ("rules", "versions"):
-            raise MineConfigError(f"{path}: target[{i}].proposer = {t.get('proposer')!r}: expected rules or versions")
+        if t.get("proposer", "rules") not in ("rules", "versions", "llm"):
+            raise MineConfigError(f"{path}: target[{i}].proposer = {t.get('proposer')!r}: expected rules, versions or llm")
         paths = [p if Path(p).is_absolute() else base / p for p in t["paths"]]
         targets += targets_for([Path(p) for p in paths], t.get("proposer", "rules"))
     if not targets:
@@ -153,7 +153,7 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
 
 
 def run_mine(run: MineRun, store, gate, replay: bool = False,
-             progress: Callable[..., None] | None = None) -> dict:
+             progress: Callable[..., None] | None = None, llm=None) -> dict:
     """Walk every target, store each lineage, re-lift the whole library; returns a summary."""
     t0 = time.perf_counter()
     summary = {"lineages": [], "missing": [], "evaluations": {}, "phases": {}}
@@ -162,7 +162,7 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
     for tgt in run.targets:
         wl = load_workload(tgt.workload_dir)
         known[wl.name] = tgt.workload_dir
-        proposer = make_proposer(tgt.proposer, tgt.workload_dir)
+        proposer = make_proposer(tgt.proposer, tgt.workload_dir, llm=llm)
         label = f"{wl.name}/{tgt.proposer}"
         walker = Walker(gate, wl, [proposer], run.limits, replay=replay,
                         progress=(lambda ev, _l=label, **kw: progress(_l, ev, **kw)) if progress else None)

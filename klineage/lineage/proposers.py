@@ -11,7 +11,7 @@ simpler one (forward). The walk gates and audits every candidate the same way, w
   history of one file). The candidate from version i is version i-1; forward re-derivation is
   version i itself. Each version declares the mechanism it adds in its first line:
   `// klineage-step: mechanism=NAME`.
-- `llm`: reserved for the LLM proposer (a later stage); asking for it says so.
+- `llm`: a model proposes each step (klineage.lineage.llm_proposer), behind the same gate and audit.
 """
 from __future__ import annotations
 
@@ -190,7 +190,7 @@ class VersionsProposer:
 PROPOSERS = ("rules", "versions", "llm")
 
 
-def make_proposer(name: str, workload_dir: Path | None = None):
+def make_proposer(name: str, workload_dir: Path | None = None, llm=None):
     if name == "rules":
         return RulesProposer()
     if name == "versions":
@@ -198,5 +198,9 @@ def make_proposer(name: str, workload_dir: Path | None = None):
             raise ProposerError("the versions proposer needs a workload folder with a versions/ ladder")
         return VersionsProposer(ladder_from_folder(workload_dir))
     if name == "llm":
-        raise ProposerError("the llm proposer is not part of this release: use --proposer rules or versions")
-    raise ProposerError(f"unknown proposer {name!r}: choose one of rules, versions")
+        if llm is None:
+            raise ProposerError("the llm proposer needs a model client: set ANTHROPIC_API_KEY (or --base-url for an "
+                                "OpenAI-compatible server) and pass --proposer llm to klineage mine")
+        from klineage.lineage.llm_proposer import LLMProposer
+        return LLMProposer(llm)
+    raise ProposerError(f"unknown proposer {name!r}: choose one of rules, versions, llm")

@@ -26,6 +26,7 @@ from typing import Callable
 
 from klineage.errors import ReplayMissingError
 from klineage.gate.gate import Gate, GateResult, kernel_hash
+from klineage.errors import BudgetExhausted
 from klineage.lineage.audit import audit_rederived, audit_rules, audit_version
 from klineage.lineage.proposers import Proposal
 from klineage.mechanisms import ORDER, detect_all, registry
@@ -129,6 +130,31 @@ class Walker:
                 lin["termination"] = "rejection_limit"
                 break
             accepted = None
+            try:
+                accepted, gate_rejections = self._round(lin, cur_src, cur_res, cur_feats, tried, gate_rejections)
+            except BudgetExhausted as e:  # an llm proposer's budget is spent: the walk ends here, recorded
+                lin["termination"] = "budget"
+                lin["budget"] = str(e)
+                break
+            if accepted is None:
+                if gate_rejections >= self.limits.max_rejections:
+                    lin["termination"] = "rejection_limit"
+                    break
+                left = sorted({f.mechanism for f in cur_feats})
+                lin["termination"] = "no_proposal" if left else "complete"
+                break
+            prop, res, feats, trans = accepted
+            lin["transitions"].append(trans)
+            cur_src, cur_res, cur_feats, cur_origin = prop.source, res, feats, prop.origin
+            lin["states"].append(self._state(len(lin["states"]), cur_src, cur_res, cur_feats, cur_origin))
+            self.progress("step", mechanism=prop.mechanism, locus=prop.locus)
+        lin["remaining"] = sorted({f.mechanism for f in cur_feats})
+        return lin
+
+    def _round(self, lin, cur_src, cur_res, cur_feats, tried, gate_rejections):
+        """One pass over the proposers on the current kernel: (accepted or None, gate rejections)."""
+        accepted = None
+        if True:
             for proposer in self.proposers:
                 for prop in proposer.propose(cur_src, cur_feats, tried):
                     if isinstance(prop, tuple):
@@ -147,20 +173,7 @@ class Walker:
                     break
                 if accepted or gate_rejections >= self.limits.max_rejections:
                     break
-            if accepted is None:
-                if gate_rejections >= self.limits.max_rejections:
-                    lin["termination"] = "rejection_limit"
-                    break
-                left = sorted({f.mechanism for f in cur_feats})
-                lin["termination"] = "no_proposal" if left else "complete"
-                break
-            prop, res, feats, trans = accepted
-            lin["transitions"].append(trans)
-            cur_src, cur_res, cur_feats, cur_origin = prop.source, res, feats, prop.origin
-            lin["states"].append(self._state(len(lin["states"]), cur_src, cur_res, cur_feats, cur_origin))
-            self.progress("step", mechanism=prop.mechanism, locus=prop.locus)
-        lin["remaining"] = sorted({f.mechanism for f in cur_feats})
-        return lin
+        return accepted, gate_rejections
 
     # -- one candidate -----------------------------------------------------------------------------
     def _try(self, lin, proposer, prop: Proposal, cur_src, cur_res, cur_feats):
