@@ -596,6 +596,64 @@ def report_cmd(db_path, out_dir, as_json):
                    f"{len(paths['skills'])} skill pages, {len(paths['charts'])} charts")
 
 
+@main.group("baseline")
+def baseline_group():
+    """Run the published baselines (none, adaexplore, accelopt, expert-source) in this harness."""
+
+
+@baseline_group.command("run")
+@click.option("--method", type=click.Choice(["none", "adaexplore", "accelopt", "expert-source"]), required=True,
+              help="The baseline to run.")
+@click.option("--workload", "workload_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
+              help="Workload folder (its workload.py).")
+@click.option("--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="The starting kernel (.cu).")
+@click.option("--budget-usd", type=float, required=True, help="Dollars of model calls at most.")
+@click.option("--max-iters", type=int, default=20, show_default=True, help="Model calls at most.")
+@click.option("--budget-s", type=float, default=None, help="Wall-clock seconds at most.")
+@click.option("--model", default=None, help="Model id (default claude-sonnet-4-5).")
+@click.option("--base-url", default=None, help="An OpenAI-compatible server instead of the Anthropic API.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of adaexplore's tree search.")
+@click.option("--dry-run", is_flag=True, help="Print the first prompt and its cost estimate; send nothing.")
+@click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
+@db_option
+@json_option
+@library_errors
+def baseline_run(method, workload_dir, start_path, budget_usd, max_iters, budget_s, model, base_url, seed, dry_run,
+                 replay, db_path, as_json):
+    """One baseline method on one workload from a start kernel, under the same gate, budget
+    accounting and trajectory records as `klineage apply` (read them with `klineage apply show`)."""
+    from klineage.apply.baselines import Baseline, run_baseline
+    from klineage.apply.llm import build_anthropic_request, estimate_cost
+    from klineage.gate.gate import Gate
+    from klineage.workload import load_workload
+
+    wl = load_workload(workload_dir)
+    start = read_source(start_path)
+    llm = _make_llm(("llm",), model, base_url, budget_usd, dry_run)
+    if dry_run:
+        prefix, variable = Baseline(method, llm, seed).prompt(wl, start, None, "edit" if method == "adaexplore" else None)
+        est = estimate_cost(build_anthropic_request(prefix, variable, llm.model), llm.model)
+        click.echo(json.dumps({"prompt": prefix + "\n\n" + variable, "estimate": est}, indent=1) if as_json
+                   else f"{prefix}\n\n{variable}\n\n-- estimate: {json.dumps(est)}")
+        return
+    store = _open_store(db_path)
+    if replay:
+        from klineage.store.recorded import import_recorded
+        import_recorded(store)
+    gate = Gate(store)
+    try:
+        run = run_baseline(method, store, gate, wl, start, str(start_path), llm, max_iters=max_iters,
+                           budget_s=budget_s, replay=replay, seed=seed)
+    finally:
+        gate.close()
+        store.close()
+    if as_json:
+        click.echo(json.dumps({k: v for k, v in run.items() if k != "best_source"}, indent=1, default=str))
+    else:
+        click.echo(format_apply_run(run))
+
+
 @main.group("lineage")
 def lineage_group():
     """Inspect stored lineages."""
