@@ -12,26 +12,42 @@ class InputError(KLineageError):
     exit_code = 2
 
 
-def read_source(path) -> str:
-    """A CUDA source file's text; InputError naming the file when it is missing, a folder, or not
-    UTF-8 text (binary garbage)."""
+def read_text_file(path, err=None, what: str = "a text file") -> str:
+    """A file's UTF-8 text, or `err` (an error class, InputError by default) naming the file and the
+    fix when it is missing, a folder, unreadable, or not UTF-8 text (binary garbage)."""
     from pathlib import Path
+    err = err or InputError
     p = Path(path)
     try:
         data = p.read_bytes()
     except FileNotFoundError:
-        raise InputError(f"{p}: no such kernel file: pass an existing .cu file") from None
+        raise err(f"{p}: no such file: pass {what}") from None
     except IsADirectoryError:
-        raise InputError(f"{p} is a folder: pass a .cu kernel file") from None
+        raise err(f"{p} is a folder: pass {what}") from None
     except OSError as e:
-        raise InputError(f"{p}: cannot read ({e.strerror}): check the path and its permissions") from None
+        raise err(f"{p}: cannot read ({e.strerror}): check the path and its permissions") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{p} is not UTF-8 text (byte {e.start}: {data[e.start]:#04x}): pass a CUDA source file") from None
+        raise err(f"{p} is not UTF-8 text (byte {e.start}: {data[e.start]:#04x}): pass {what}") from None
     if "\x00" in text:
-        raise InputError(f"{p} holds NUL bytes: it is binary, not a CUDA source file")
+        raise err(f"{p} holds NUL bytes: it is binary, not {what}")
     return text
+
+
+def read_source(path) -> str:
+    """A CUDA source file's text (InputError naming the file otherwise)."""
+    return read_text_file(path, InputError, "a CUDA source file (.cu)")
+
+
+def read_toml(path, err, what: str = "a TOML pipeline file such as pipelines/mine.toml") -> tuple[str, dict]:
+    """(text, table) of a TOML file; `err` naming the file and the problem otherwise."""
+    import tomllib
+    text = read_text_file(path, err, what)
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise err(f"{path} is not valid TOML ({e}): fix the file") from e
 
 
 class WorkloadError(KLineageError):

@@ -16,11 +16,10 @@ trajectory can always be read back.
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from klineage.errors import KLineageError
+from klineage.errors import KLineageError, read_toml
 
 KINDS = ("mine", "apply")
 _APPLY_TOP = {"kind", "name", "description", "gate", "apply"}
@@ -58,18 +57,7 @@ class ApplyPipeline:
 
 
 def _read(path: Path) -> tuple[str, dict]:
-    try:
-        text = Path(path).read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise PipelineError(f"no pipeline file {path}: pass one of pipelines/*.toml") from None
-    except IsADirectoryError:
-        raise PipelineError(f"{path} is a folder: pass one of pipelines/*.toml") from None
-    except UnicodeDecodeError as e:
-        raise PipelineError(f"{path} is not UTF-8 text (byte {e.start}): pass a TOML pipeline file") from None
-    try:
-        return text, tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise PipelineError(f"{path} is not valid TOML ({e}): fix the file") from e
+    return read_toml(path, PipelineError, "one of pipelines/*.toml")
 
 
 def load_pipeline(path: str | Path) -> Pipeline:

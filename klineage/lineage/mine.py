@@ -7,12 +7,11 @@ the paths, the proposers per path and the limits; it is validated strictly.
 from __future__ import annotations
 
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from klineage.errors import read_source, KLineageError
+from klineage.errors import KLineageError, read_source, read_toml
 from klineage.settings import display_path
 from klineage.lineage.analyze import AnalysisConfig, analyze_transitions, run_admission, workload_dirs
 from klineage.lineage.lift import lift
@@ -87,16 +86,7 @@ _TARGET_KEYS = {"paths", "proposer"}
 
 def load_config(path: Path) -> tuple[MineRun, dict]:
     """(run, raw configuration) from a TOML file; MineConfigError naming any unknown key."""
-    try:
-        raw = tomllib.loads(Path(path).read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise MineConfigError(f"no configuration file {path}: pass pipelines/mine.toml") from None
-    except IsADirectoryError:
-        raise MineConfigError(f"{path} is a folder: pass a pipeline file such as pipelines/mine.toml") from None
-    except UnicodeDecodeError as e:
-        raise MineConfigError(f"{path} is not UTF-8 text (byte {e.start}): pass a TOML pipeline file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise MineConfigError(f"{path} is not valid TOML ({e}): fix the file") from e
+    _, raw = read_toml(path, MineConfigError, "a mining configuration such as pipelines/mine.toml")
     bad = sorted(set(raw) - _TOP_KEYS)
     if bad:
         raise MineConfigError(f"{path}: unknown key {bad[0]!r} (allowed: {', '.join(sorted(_TOP_KEYS))})")
