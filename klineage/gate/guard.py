@@ -67,6 +67,9 @@ RULES: tuple[Rule, ...] = (
        "builds or launches a CUDA graph; launch kernels directly on the stream argument"),
     _r("thread", 2, r"(\bstd::(thread|async|jthread)\b|\bpthread_create\b|\bfork\s*\(|#\s*include\s*<(thread|future|pthread\.h)>)",
        "starts a host thread or process; all work must be launched before the entry returns"),
+    _r("runtime_interpose", 4, r'^[ \t]*(?:extern\s+"[^"]*"\s+)?(?:__host__\s+)?[\w:]+[\s*&]+(cuda[A-Z]\w*|cu[A-Z]\w*|nvrtc\w+)\s*\([^;{}]*\)\s*\{',
+       "defines a function named like a CUDA runtime or driver API call (interposing the harness's timer or allocator); "
+       "name your own functions otherwise"),
     _r("device_reset", 4, r"\bcuda(DeviceReset|ThreadExit|DeviceSetCacheConfig|DeviceSetSharedMemConfig|SetDevice|ProfilerStart|ProfilerStop)\s*\(",
        "resets or reconfigures the device or profiler; the harness owns the device"),
     _r("persisting_l2", 13, r"\b(cudaLimitPersistingL2CacheSize|cudaStreamAttributeAccessPolicyWindow|cudaKernelNodeAttributeAccessPolicyWindow|accessPolicyWindow|cudaAccessProperty\w*|cudaCtxResetPersistingL2Cache|cudaLaunchAttributeAccessPolicyWindow)\b",
