@@ -34,17 +34,24 @@ class GateWorker:
         self._buf = b""
         self._log = None
         self._next_id = 0
+        self._workdir: str | None = None
 
     # -- process management ------------------------------------------------------------------
     def start(self) -> dict:
         """Start the worker and wait for it to report its device; returns the environment."""
         rfd, wfd = os.pipe()
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=self.gpu, PYTHONUNBUFFERED="1")
+        # Candidates run in a working directory of their own (a fresh one per worker process, removed
+        # when it is killed), with TMPDIR inside it: relative paths and temp files of a candidate's
+        # host code land there, never in the repository or the library's folders.
+        self._workdir = tempfile.mkdtemp(prefix="klineage-run-")
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=self.gpu, PYTHONUNBUFFERED="1", TMPDIR=self._workdir,
+                   PYTHONPATH=os.pathsep.join([root] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]))
         self._log = tempfile.NamedTemporaryFile(prefix="klineage-worker-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [*self.command, "--fd", str(wfd)],
             stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(wfd,), env=env,
-            start_new_session=True, cwd=str(Path(__file__).resolve().parents[2]),
+            start_new_session=True, cwd=self._workdir,
         )
         os.close(wfd)
         self._rfd, self._buf = rfd, b""
@@ -72,6 +79,10 @@ class GateWorker:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 pass
+        if self._workdir is not None:
+            import shutil
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
         if self._rfd is not None:
             os.close(self._rfd)
             self._rfd = None

@@ -4,6 +4,7 @@ Behaviour per request comes from the request's so_path: 'ok', 'hang', 'crash', '
 """
 import argparse
 import json
+from pathlib import Path
 import os
 import sys
 import time
@@ -24,6 +25,13 @@ for line in sys.stdin:
         time.sleep(3600)
     elif mode == "crash":
         os.kill(os.getpid(), 11)
+    elif mode == "write-relative":  # a candidate's host code writing with relative paths and tempfiles
+        import tempfile
+        Path("escape.txt").write_text("x")
+        tmp = tempfile.NamedTemporaryFile(delete=False).name
+        out.write(json.dumps({"event": "result", "id": req["id"], "result": {
+            "status": "PASSED", "cwd": os.getcwd(), "tmp": tmp, "pid": os.getpid()}}) + "\n")
+        continue
     elif mode == "slow-progress":
         for _ in range(6):
             out.write(json.dumps({"event": "progress", "phase": "timing"}) + "\n")

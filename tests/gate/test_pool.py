@@ -65,3 +65,17 @@ def test_worker_that_cannot_start_names_the_fix():
     w = GateWorker(command=[sys.executable, "-c", "import sys; sys.exit(3)"], start_timeout_s=10)
     with pytest.raises(NoDeviceError, match="--replay"):
         w.start()
+
+
+def test_candidates_run_in_a_working_directory_of_their_own():
+    root = Path(__file__).resolve().parents[2]
+    w = GateWorker(command=FAKE, start_timeout_s=30)
+    try:
+        res = w.evaluate({"so_path": "write-relative"})
+        cwd = Path(res["cwd"])
+        assert cwd != root and root not in cwd.parents and cwd.name.startswith("klineage-run-")
+        assert (cwd / "escape.txt").is_file() and Path(res["tmp"]).parent == cwd  # TMPDIR is inside it too
+        assert not (root / "escape.txt").exists()
+    finally:
+        w.close()
+    assert not cwd.exists()  # removed with the worker
