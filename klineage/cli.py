@@ -289,8 +289,7 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
     """Walk expert kernels backward and lift every accepted step into a skill."""
     import dataclasses
 
-    from klineage.gate.gate import Gate
-    from klineage.lineage.mine import MineRun, load_config, run_mine, targets_for
+    from klineage.lineage.mine import MineRun, load_config, targets_for
 
     if config_path:
         run, _raw = load_config(config_path)
@@ -378,8 +377,7 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
         return
     if workload_dir is None or start_path is None:
         raise click.UsageError("give --workload DIR and --start KERNEL.cu (or: klineage apply show RUN)")
-    from klineage.apply.loop import ApplyConfig, apply, write_outputs
-    from klineage.gate.gate import Gate
+    from klineage.apply.loop import ApplyConfig, write_outputs
     from klineage.workload import load_workload
 
     wl = load_workload(workload_dir)

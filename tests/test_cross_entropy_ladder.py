@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ladder_support import assert_versions_walk
 from klineage.gate.guard import check_source, strip_comments
 from klineage.workload import load_workload
 
@@ -201,38 +202,8 @@ def test_detectors_see_only_the_declared_mechanism_enter(wl_name):
                                                  "fast_math", "launch_bounds", "coarsening", "unroll"}
 
 
-class _ScriptedGate:
-    """A test double: every kernel PASSES with a latency that depends on its text (no measurement)."""
-
-    def __init__(self):
-        from klineage.gate.gate import GateConfig
-
-        self.config = GateConfig()
-        self.compile_log = []
-
-    def evaluate(self, source, workload, origin=None, replay=False):
-        from klineage.gate.gate import GateResult, Status, kernel_hash
-
-        h = kernel_hash(source)
-        lat = 100.0 + len(source) % 7
-        timing = [{"shape": s, "latency_us": lat, "trial_medians_us": [lat, lat, lat]} for s in workload.benchmark_cases]
-        return GateResult(Status.PASSED, h, workload.name, "key-" + h[:16], "scripted", {}, timing=timing,
-                          env={"gpu": "scripted", "capability": "9.0"}, error_kind=None, error_message=None)
-
-
 def test_versions_ladder_walks_to_the_naive_kernel(wl_name, workload):
-    from klineage.gate.gate import kernel_hash
-    from klineage.lineage.proposers import make_proposer
-    from klineage.lineage.walk import Limits, Walker
-
-    d = _dir(wl_name)
-    w = Walker(_ScriptedGate(), workload, [make_proposer("versions", d)], Limits())
-    lin = w.run((d / "expert.cu").read_text(), origin=f"expert_kernels/{wl_name}/expert.cu")
-    assert lin["termination"] == "complete", lin["rejections"]
-    steps = [t["mechanism"] for t in lin["transitions"]]
-    assert steps == [EXPERT_ADDS] + [mech for _, mech in reversed(LADDER)]
-    assert lin["states"][-1]["kernel_hash"] == kernel_hash((d / "naive.cu").read_text())
-    assert not lin["rejections"] and lin["remaining"] == []
+    assert_versions_walk(workload, _dir(wl_name), LADDER, EXPERT_ADDS)
 
 
 # ---------------------------------------------------------------- the workload contract and oracle

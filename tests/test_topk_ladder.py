@@ -13,12 +13,12 @@ checked against the oracle and check().
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.ladder_support import assert_versions_walk
 from klineage.gate.correctness import compare, compare_outputs, negative_controls
 from klineage.gate.guard import check_source, strip_comments
 from klineage.lineage.audit import audit_version
@@ -172,21 +172,7 @@ def test_consecutive_rungs_pass_the_versions_audit():
 
 
 def test_versions_ladder_walks_to_the_naive_kernel(workload):
-    sys.path.insert(0, str(ROOT / "tests" / "lineage"))
-    try:
-        from test_walk import ScriptedGate
-    finally:
-        sys.path.pop(0)
-    from klineage.gate.gate import kernel_hash
-    from klineage.lineage.proposers import make_proposer
-    from klineage.lineage.walk import Limits, Walker
-
-    w = Walker(ScriptedGate(), workload, [make_proposer("versions", WORKLOAD_DIR)], Limits())
-    lin = w.run(_source("expert.cu"), origin="expert_kernels/topk/expert.cu")
-    assert lin["termination"] == "complete", lin["rejections"]
-    steps = [t["mechanism"] for t in lin["transitions"]]
-    assert steps == [EXPERT_ADDS] + [mech for _, mech in reversed(LADDER)]
-    assert lin["states"][-1]["kernel_hash"] == kernel_hash(_source("naive.cu"))
+    assert_versions_walk(workload, WORKLOAD_DIR, LADDER, EXPERT_ADDS)
 
 
 # ---------------------------------------------------------------- nvcc

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from klineage.apply.materialize import Candidate, RulesMaterializer, SweepMaterializer, bake
 from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
-from klineage.gate.gate import Gate, GateResult, Status, kernel_hash
+from klineage.gate.gate import Gate, GateResult, kernel_hash
 from klineage.lineage.walk import compare_timing
 from klineage.workload import Workload
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from klineage.cli import main
 from klineage.lineage.mine import load_config
-from klineage.pipelines import PipelineError, load_pipeline
+from klineage.pipelines import load_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 
