@@ -83,7 +83,6 @@ def _window(dev, fns: dict, calls: int) -> dict:
 
 
 def _close(got, want, tol) -> float:
-    import torch
     err = (got.double() - want).abs()
     ok = err <= tol["atol"] + tol["rtol"] * want.abs()
     return float(ok.double().mean())

@@ -248,19 +248,25 @@ class _Progress:
         self.steps = self.rejected = 0
         self.label = ""
 
+    def _count(self, status: str) -> None:
+        self.counts[status] = self.counts.get(status, 0) + 1
+
+    def _show(self, head: str) -> None:
+        if not self.quiet:
+            st = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+            click.echo(f"\r[{self.label}] {head} · {st}\033[K", err=True, nl=False)
+
     def __call__(self, label, event, **kw):
         self.label = label
         if event == "evaluated":
-            self.counts[kw["status"]] = self.counts.get(kw["status"], 0) + 1
+            self._count(kw["status"])
         elif event == "step":
             self.steps += 1
         elif event == "rejected":
             self.rejected += 1
         elif event == "missing":
-            self.counts["NOT_REPLAYED"] = self.counts.get("NOT_REPLAYED", 0) + 1
-        if not self.quiet:
-            st = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-            click.echo(f"\r[{label}] steps {self.steps} · rejected {self.rejected} · {st}\033[K", err=True, nl=False)
+            self._count("NOT_REPLAYED")
+        self._show(f"steps {self.steps} · rejected {self.rejected}")
 
     def done(self):
         if not self.quiet and self.label:
@@ -308,14 +314,10 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
         llm = _make_llm(("llm",), model, base_url, budget_usd, dry_run)
         if dry_run:
             from klineage.lineage.llm_proposer import LLMProposer
-            from klineage.apply.llm import build_anthropic_request, estimate_cost
             from klineage.mechanisms import detect_all
             tgt = next(t for t in run.targets if t.proposer == "llm")
             src = read_source(tgt.start)
-            prefix, variable = LLMProposer(llm).prompt(src, detect_all(src), None)
-            est = estimate_cost(build_anthropic_request(prefix, variable, llm.model), llm.model)
-            click.echo(json.dumps({"prompt": prefix + "\n\n" + variable, "estimate": est}, indent=1) if as_json
-                       else f"{prefix}\n\n{variable}\n\n-- estimate: {json.dumps(est)}")
+            _echo_preview(llm.preview(*LLMProposer(llm).prompt(src, detect_all(src), None)), as_json)
             return
     store = _open_store(db_path)
     try:
@@ -393,10 +395,7 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
                 skills = store.skills()
             if not skills:
                 raise click.ClickException("the library is empty: mine first (klineage mine ...) or pass --db")
-            card = skills[0]["card_md"]
-            d = llm.dry_run([card], start, contract_text(wl), None)
-            click.echo(json.dumps({"estimate": d["estimate"], "prompt": d["prompt"]}, indent=1) if as_json
-                       else d["prompt"] + f"\n\n-- estimate: {json.dumps(d['estimate'])}")
+            _echo_preview(llm.dry_run([skills[0]["card_md"]], start, contract_text(wl), None), as_json)
             return
     store = _open_store(db_path)
     try:
@@ -409,6 +408,12 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
         click.echo(json.dumps({k: v for k, v in run.items() if k != "best_source"}, indent=1, default=str))
     else:
         click.echo(format_apply_run(run))
+
+
+def _echo_preview(d: dict, as_json: bool) -> None:
+    """A dry run's output: the exact prompt and the cost estimate (klineage.apply.llm.LLMMaterializer.preview)."""
+    click.echo(json.dumps({"prompt": d["prompt"], "estimate": d["estimate"]}, indent=1) if as_json
+               else f"{d['prompt']}\n\n-- estimate: {json.dumps(d['estimate'])}")
 
 
 def _make_llm(mats, model, base_url, budget_usd, dry_run=False):
@@ -424,23 +429,18 @@ def _make_llm(mats, model, base_url, budget_usd, dry_run=False):
     return llm_mod.LLMMaterializer(backend, budget_usd=budget_usd, model=model)
 
 
-class _ApplyProgress:
-    """One stderr line, rewritten per step: steps, kept, and counts per gate status."""
+class _ApplyProgress(_Progress):
+    """The same status line for apply: steps, steps kept, and counts per gate status."""
 
     def __init__(self, quiet: bool, label: str):
-        self.quiet, self.label, self.counts, self.kept, self.n = quiet, label, {}, 0, 0
+        super().__init__(quiet)
+        self.label, self.kept = label, 0
 
     def __call__(self, step: dict) -> None:
-        self.n += 1
-        self.counts[step["status"]] = self.counts.get(step["status"], 0) + 1
+        self.steps += 1
+        self._count(step["status"])
         self.kept += bool(step["accepted"] and step["kind"] == "candidate")
-        if not self.quiet:
-            st = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-            click.echo(f"\r[{self.label}] steps {self.n} · kept {self.kept} · {st}\033[K", err=True, nl=False)
-
-    def done(self) -> None:
-        if not self.quiet and self.n:
-            click.echo("", err=True)
+        self._show(f"steps {self.steps} · kept {self.kept}")
 
 
 def _execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, gate_config=None,
@@ -622,7 +622,6 @@ def baseline_run(method, workload_dir, start_path, budget_usd, max_iters, budget
     """One baseline method on one workload from a start kernel, under the same gate, budget
     accounting and trajectory records as `klineage apply` (read them with `klineage apply show`)."""
     from klineage.apply.baselines import Baseline, run_baseline
-    from klineage.apply.llm import build_anthropic_request, estimate_cost
     from klineage.gate.gate import Gate
     from klineage.workload import load_workload
 
@@ -630,10 +629,8 @@ def baseline_run(method, workload_dir, start_path, budget_usd, max_iters, budget
     start = read_source(start_path)
     llm = _make_llm(("llm",), model, base_url, budget_usd, dry_run)
     if dry_run:
-        prefix, variable = Baseline(method, llm, seed).prompt(wl, start, None, "edit" if method == "adaexplore" else None)
-        est = estimate_cost(build_anthropic_request(prefix, variable, llm.model), llm.model)
-        click.echo(json.dumps({"prompt": prefix + "\n\n" + variable, "estimate": est}, indent=1) if as_json
-                   else f"{prefix}\n\n{variable}\n\n-- estimate: {json.dumps(est)}")
+        _echo_preview(llm.preview(*Baseline(method, llm, seed).prompt(wl, start, None,
+                                                                      "edit" if method == "adaexplore" else None)), as_json)
         return
     store = _open_store(db_path)
     if replay:

@@ -20,12 +20,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import jinja2
-
 from klineage.apply.llm import BudgetExhausted, parse_kernel
 from klineage.apply.loop import _faster, _feedback
 from klineage.apply.materialize import contract_text
 from klineage.gate.gate import kernel_hash
+from klineage.templates import template_module
 
 METHODS = ("none", "adaexplore", "accelopt", "expert-source")
 RULE_MIN = 3
@@ -35,9 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _templates():
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "prompts")),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    return env.get_template("baseline.j2").module
+    return template_module(Path(__file__).parent / "prompts", "baseline.j2")
 
 
 def expert_sources(exclude: str | None = None) -> list[dict]:

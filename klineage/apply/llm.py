@@ -21,17 +21,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import jinja2
-
+from klineage import errors as _errors  # the shared budget error the walk catches
 from klineage.errors import KLineageError
+from klineage.templates import template_module
 
 try:  # the anthropic SDK in some environments ships its fork as `httpx2` (same API)
     import httpx
 except ImportError:  # pragma: no cover - depends on the environment
     import httpx2 as httpx  # type: ignore[no-redef]
 
-
-from klineage import errors as _errors  # noqa: E402 (the shared budget error the walk catches)
 
 
 class LLMError(KLineageError):
@@ -112,10 +110,7 @@ class Exchange:
 
 @lru_cache(maxsize=1)
 def _template_module():
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "prompts")),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    return env.get_template("materialize.j2").module
+    return template_module(Path(__file__).parent / "prompts", "materialize.j2", trim=True)
 
 
 def build_prompt(cards_md: list[str], kernel: str, contract: str, feedback: str | None) -> tuple[str, str]:
@@ -392,13 +387,10 @@ class LLMMaterializer:
         self.spent_usd = 0.0
         self.exchanges: list[Exchange] = []
 
-    def _request(self, cards_md, kernel, contract, feedback) -> tuple[str, str, dict]:
-        prefix, variable = build_prompt(cards_md, kernel, contract, feedback)
-        if self.backend is None:
-            request = build_anthropic_request(prefix, variable, self.model, self.max_tokens)
-        else:
-            request = self.backend.build_request(prefix, variable, self.max_tokens)
-        return prefix, variable, request
+    def _request(self, prefix: str, variable: str) -> dict:
+        if self.backend is None:  # a dry run without a backend shows the Anthropic request
+            return build_anthropic_request(prefix, variable, self.model, self.max_tokens)
+        return self.backend.build_request(prefix, variable, self.max_tokens)
 
     def _check_budget(self, estimate: dict) -> None:
         if self.budget_usd is None:
@@ -421,7 +413,7 @@ class LLMMaterializer:
         `parse` (None: not parsed here). Raises BudgetExhausted before sending when over budget."""
         if self.backend is None:
             raise LLMError("no backend configured: only dry_run is possible")
-        request = self.backend.build_request(prefix, variable, self.max_tokens)
+        request = self._request(prefix, variable)
         self._check_budget(estimate_cost(request, self.model))
         text, usage, attempts = self.backend.send(request)
         cost = usage.cost_usd(self.model)
@@ -440,7 +432,11 @@ class LLMMaterializer:
         return exchange
 
     def dry_run(self, cards_md: list[str], kernel: str, contract: str, feedback: str | None) -> dict:
-        """The exact prompt, the request and a cost estimate; sends nothing, needs no key."""
-        prefix, variable, request = self._request(cards_md, kernel, contract, feedback)
+        """The exact materializing prompt, the request and a cost estimate; sends nothing, needs no key."""
+        return self.preview(*build_prompt(cards_md, kernel, contract, feedback))
+
+    def preview(self, prefix: str, variable: str) -> dict:
+        """What `ask` would send for this prompt, with a cost estimate; sends nothing, needs no key."""
+        request = self._request(prefix, variable)
         return {"prompt": f"{prefix}\n\n{variable}", "system": prefix, "user": variable,
                 "request": request, "estimate": estimate_cost(request, self.model)}

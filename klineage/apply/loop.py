@@ -53,6 +53,11 @@ class Best:
     flags: tuple[str, ...] = ()
     history: list[str] = field(default_factory=list)  # skill names kept, in order
 
+    @property
+    def key(self) -> str:
+        """What was tried on this best is keyed by its source and flags."""
+        return kernel_hash(self.source) + "|" + ",".join(self.flags)
+
 
 def run_id_for(wl: Workload, start: str, cfg: ApplyConfig, skills: list[dict]) -> str:
     lib = sorted(s["skill_id"] for s in skills)
@@ -139,7 +144,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                 step["baked"] = {"eval_key": baked.eval_key, "status": baked.status.value}
                 if baked.passed:  # the baked source stands alone; else the flags stay with the kernel
                     new = Best(source, baked, (), new.history)
-                tried.add((kernel_hash(new.source) + "|" + ",".join(new.flags), "sweep"))  # no sweep around its own winner
+                tried.add((new.key, "sweep"))  # no sweep around its own winner
             best = new
         store.put_apply_step(run_id, step)
         return still
@@ -165,7 +170,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
         if cfg.budget_s is not None and time.monotonic() - t0 >= cfg.budget_s:
             return finish("budget_time", best, retrieval)
         facts = target_facts(wl, best.source, cfg.platform, best.result)
-        bh = kernel_hash(best.source) + "|" + ",".join(best.flags)
+        bh = best.key
         retrieval = retrieve(skills, facts, admission=cfg.admission)
         queue: list[tuple[str, Candidate | None, dict | None]] = []
         for backend in cfg.materializers:

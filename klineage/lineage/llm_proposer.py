@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-import jinja2
-
 from klineage.mechanisms import registry
 from klineage.mechanisms.base import Feature
 from klineage.lineage.proposers import Proposal
+from klineage.templates import template_module
 
 KEYS = {"mechanism": str, "locus": str, "backward_edit": str, "features_before": list, "features_after": list,
         "evidence_lines": list, "kernel": str}
@@ -52,9 +51,7 @@ class _Rejected:
 
 
 def _templates():
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    return env.get_template("llm_backward.j2").module
+    return template_module(Path(__file__).parent / "templates", "llm_backward.j2")
 
 
 def numbered(source: str) -> str:

@@ -12,7 +12,7 @@ import anthropic
 import pytest
 
 from klineage.apply.llm import AnthropicBackend, LLMMaterializer
-from klineage.lineage.llm_proposer import LLMProposer, check_citations, numbered, parse_proposal, LLMProposalError
+from klineage.lineage.llm_proposer import LLMProposalError, check_citations, numbered, parse_proposal
 from klineage.lineage.proposers import make_proposer, ProposerError
 from klineage.lineage.walk import Limits, Walker
 from klineage.workload import load_workload
