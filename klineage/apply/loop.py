@@ -163,15 +163,16 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
         from klineage.apply.materialize import LLMBackendMaterializer
         mats["llm"] = LLMBackendMaterializer(llm)
     feedback: str | None = None
-    retrieval = None
+    retrieval, retrieved_for = None, None
     while True:
         if evaluated() >= cfg.budget_steps:
             return finish("budget_steps", best, retrieval)
         if cfg.budget_s is not None and time.monotonic() - t0 >= cfg.budget_s:
             return finish("budget_time", best, retrieval)
-        facts = target_facts(wl, best.source, cfg.platform, best.result)
         bh = best.key
-        retrieval = retrieve(skills, facts, admission=cfg.admission)
+        if retrieval is None or retrieved_for != bh:  # facts and ranking change only with the best kernel
+            facts = target_facts(wl, best.source, cfg.platform, best.result)
+            retrieval, retrieved_for = retrieve(skills, facts, admission=cfg.admission), bh
         queue: list[tuple[str, Candidate | None, dict | None]] = []
         for backend in cfg.materializers:
             if backend == "sweep":

@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from klineage.lineage.probe import KIND_TEXT
 from klineage.mechanisms import detect_all
 from klineage.workload import ALIAS_KEY, OFFSET_KEY, Workload, load_workload
 
@@ -44,7 +45,6 @@ ADDRESSES = {
 }
 DTYPE_WORDS = {"bf16": "bfloat16", "bfloat16": "bfloat16", "__nv_bfloat16": "bfloat16", "fp16": "float16",
                "half": "float16", "float16": "float16", "fp32": "float32", "float32": "float32"}
-PROBE_KINDS = ("misaligned_base", "ragged_size", "tiny_size", "aliased_output", "large_magnitude", "value")
 
 
 @dataclass
@@ -104,7 +104,7 @@ def target_facts(wl: Workload, source: str, platform: str = PLATFORM_H200, start
 def _probe_kind(item: dict) -> str | None:
     name = item.get("probe") or ""
     kind = name.split(":", 1)[0]
-    return kind if kind in PROBE_KINDS else None
+    return kind if kind in KIND_TEXT else None
 
 
 def _kind_verdict(kind: str, t: TargetFacts) -> tuple[str, str]:
