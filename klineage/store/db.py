@@ -6,6 +6,7 @@ back with those columns decoded, in the same shape ``put_evaluation`` takes.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import tempfile
@@ -374,10 +375,10 @@ class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin):
         The whole file is checked first and written in one transaction: a malformed line raises
         StoreError naming the file and line, and nothing from the file is inserted."""
         p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise StoreError(f"cannot read {p} ({e}): pass an existing UTF-8 JSON Lines file") from e
+        try:  # shipped record files are gzip-compressed (.jsonl.gz) to keep the tree small
+            text = (gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()).decode("utf-8")
+        except (OSError, UnicodeDecodeError, EOFError) as e:
+            raise StoreError(f"cannot read {p} ({e}): pass an existing UTF-8 JSON Lines file (.jsonl or .jsonl.gz)") from e
         rows = []
         for lineno, line in enumerate(text.splitlines(), 1):
             if not line.strip():

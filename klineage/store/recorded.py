@@ -1,4 +1,4 @@
-"""Recorded evaluations shipped in the repo (skills_db/evaluations/*.jsonl), used by --replay."""
+"""Recorded evaluations shipped in the repo (skills_db/evaluations/*.jsonl.gz, or plain .jsonl), used by --replay."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +8,7 @@ from klineage import settings
 
 def recorded_files(root: Path | None = None) -> list[Path]:
     d = Path(root or settings.recorded_dir())
-    return sorted(d.glob("*.jsonl")) if d.is_dir() else []
+    return sorted([*d.glob("*.jsonl"), *d.glob("*.jsonl.gz")]) if d.is_dir() else []
 
 
 def import_recorded(store, root: Path | None = None) -> tuple[int, int]:

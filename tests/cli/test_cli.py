@@ -1,4 +1,5 @@
 """The command line: output, --json, exit codes and the messages that name the fix."""
+import gzip
 import json
 from pathlib import Path
 
@@ -89,11 +90,11 @@ def test_guard_rejection_is_a_result_not_a_crash(runner, tmp_path):
 
 
 def test_evals_export_import_roundtrip(runner, tmp_path):
-    shipped = ROOT / "skills_db" / "evaluations" / "gate_h200.jsonl"
+    shipped = ROOT / "skills_db" / "evaluations" / "gate_h200.jsonl.gz"
     db1, db2, out = tmp_path / "a.duckdb", tmp_path / "b.duckdb", tmp_path / "e.jsonl"
     r = runner.invoke(main, ["evals", "import", str(shipped), "--db", str(db1)])
     assert r.exit_code == 0 and "imported" in r.output
-    n = sum(1 for _ in shipped.open())
+    n = sum(1 for _ in gzip.open(shipped, "rt"))
     r = runner.invoke(main, ["evals", "import", str(shipped), "--db", str(db1)])
     assert f"0 imported, {n} already present" in r.output
     r = runner.invoke(main, ["evals", "export", str(out), "--db", str(db1)])
