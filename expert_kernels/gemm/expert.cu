@@ -223,19 +223,19 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_const
     }
 }
 
-// Fallback for calls the copy engine cannot describe: 64 x 64 block tiles staged in shared memory
-// through scalar loads, 4 x 4 outputs per thread, fp32 accumulation. Any shape, any alignment.
+// Fallback for calls the copy engine cannot describe: 64 x 64 block tiles staged k-major in shared
+// memory through scalar loads, 4 x 4 outputs per thread, fp32 accumulation. Any shape, any alignment.
 __global__ void __launch_bounds__(256)
 gemm_fallback_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                      __nv_bfloat16* __restrict__ out, int M, int N, int K) {
-    __shared__ float xs[16][64 + 1];
-    __shared__ float ws[16][64 + 1];
+    __shared__ float xs[16][64];
+    __shared__ float ws[16][64];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     const int m0 = blockIdx.y * 64, n0 = blockIdx.x * 64;
     float acc[4][4] = {};
     for (int k0 = 0; k0 < K; k0 += 16) {
         for (int i = threadIdx.x; i < 16 * 64; i += 256) {
-            const int kk = i % 16, rr = i / 16;
+            const int rr = i % 64, kk = i / 64;
             const int gk = k0 + kk;
             xs[kk][rr] = (m0 + rr < M && gk < K) ? __bfloat162float(x[(long long)(m0 + rr) * K + gk]) : 0.0f;
             ws[kk][rr] = (n0 + rr < N && gk < K) ? __bfloat162float(w[(long long)(n0 + rr) * K + gk]) : 0.0f;
