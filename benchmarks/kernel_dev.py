@@ -225,7 +225,7 @@ def main() -> int:
                   f"speedup {t['speedup']:.3f} {t['tflops']:.0f} TFLOP/s {t['tbps']:.2f} TB/s", flush=True)
     if ns.out:
         ns.out.mkdir(parents=True, exist_ok=True)
-        (ns.out / f"kernel_dev_{wl.name}.json").write_text(json.dumps(
+        (ns.out / f"kernel_dev_{wl.name}_{ns.kernels[0].stem}.json").write_text(json.dumps(
             {"env": env, "workload": wl.name, "vendor": wl.vendor_name, "vendor_timing": vendor_t,
              "results": results}, indent=1, default=str) + "\n")
     return 0

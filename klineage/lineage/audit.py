@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from klineage.mechanisms.base import Feature
 
+# Mechanisms that enter a kernel together in one step by the granularity rules: a software pipeline
+# is its asynchronous copies and the ring of stage buffers they fill (neither is written without the
+# other). A versions step declaring one may add the other.
+COMPANIONS: dict[str, frozenset[str]] = {
+    "async_copy": frozenset({"multistage_buffer"}),
+    "multistage_buffer": frozenset({"async_copy"}),
+}
+
 
 def _keys(fs: list[Feature]) -> set:
     return {f.key for f in fs}
@@ -34,8 +42,10 @@ def audit_version(before: list[Feature], after: list[Feature], mechanism: str, k
     count_rich = sum(f.mechanism == mechanism for f in before)
     count_simple = sum(f.mechanism == mechanism for f in after)
     if mechanism in known:
-        ok = not lost_forward and set(added_forward) <= {mechanism} and count_rich > count_simple
-        expect = f"only {mechanism} added"
+        allowed = {mechanism} | COMPANIONS.get(mechanism, frozenset())
+        ok = not lost_forward and set(added_forward) <= allowed and count_rich > count_simple
+        expect = f"only {mechanism} added" + (f" (with its companions {sorted(allowed - {mechanism})})"
+                                              if allowed != {mechanism} else "")
     else:
         ok = not lost_forward and not added_forward
         expect = f"no detected mechanism added ({mechanism} is structural, not seen by detectors)"

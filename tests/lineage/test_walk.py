@@ -179,3 +179,21 @@ def test_lift_gives_full_cards_and_checks_the_contract(wl):
     bad["provides"] = [["loop", "unroll"]]
     with pytest.raises(ValueError, match="provides"):
         lift_mod.check_contract(bad, evidence)
+
+
+def test_versions_audit_takes_a_pipeline_with_its_stage_ring_as_one_step():
+    from klineage.lineage.audit import audit_version
+    from klineage.mechanisms.base import Feature
+
+    def feats(*kinds):
+        return [Feature(k, f"f:{k}", (1, 1)) for k in kinds]
+
+    known = {"async_copy", "multistage_buffer", "tensor_core_mma", "wgmma"}
+    simple = feats("tensor_core_mma")
+    richer = feats("tensor_core_mma", "async_copy", "multistage_buffer")
+    assert audit_version(richer, simple, "async_copy", known)["ok"]
+    # a companion is not a licence for anything else: wgmma is no part of a copy pipeline
+    r = audit_version(feats("tensor_core_mma", "async_copy", "wgmma"), simple, "async_copy", known)
+    assert not r["ok"] and "wgmma" in r["reason"]
+    # nor does it make the companion alone count as the declared mechanism
+    assert not audit_version(feats("tensor_core_mma", "multistage_buffer"), simple, "async_copy", known)["ok"]
