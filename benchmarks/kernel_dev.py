@@ -179,7 +179,9 @@ def main() -> int:
         builds = list(ex.map(lambda j: build(j[0], j[2], work, f"{j[0].stem}{'.' + j[1] if j[1] else ''}"), jobs))
     dev = torch.cuda.get_device_properties(0)
     env = {"gpu": dev.name, "torch": torch.__version__, "cuda": torch.version.cuda, "sm": dev.multi_processor_count,
-           "nvcc": subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]}
+           "nvcc": subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1],
+           "driver": subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True).stdout.strip()}
     shapes = [("benchmark", s) for s in wl.benchmark_cases] + ([] if ns.no_probes else
                                                                [("probe", s) for s in wl.probe_shapes])
     results = []

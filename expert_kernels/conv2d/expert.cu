@@ -15,17 +15,25 @@
 #ifndef CONV_STAGES
 #define CONV_STAGES 3   // shared-memory stages in the copy ring (32 KB each)
 #endif
+#ifndef CONV_WG
+#define CONV_WG 1       // warpgroups per block, 64 output pixels each
+#endif
+#ifndef CONV_MIN_BLOCKS
+#define CONV_MIN_BLOCKS 3  // resident blocks per SM the register budget is sized for
+#endif
 
-#define CONV_BM 128   // output pixels per block
+#define CONV_BM (64 * CONV_WG)  // output pixels per block
 #define CONV_BN 128   // filters per block
 #define CONV_BK 64    // channels of one tap per k-tile
 #define CONV_FB_BK 16 // (fallback kernel) k-slice
+#define CONV_FB_BM 128  // (fallback kernel) block tile
+#define CONV_FB_BN 128
 #define CONV_TM 8     // (fallback kernel) outputs per thread
 #define CONV_TN 8
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 128 * CONV_WG;
 constexpr int kTileA = CONV_BM * CONV_BK;
 constexpr int kTileB = CONV_BN * CONV_BK;
 constexpr int kStageBytes = (kTileA + kTileB) * 2;
@@ -142,7 +150,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
         : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, CONV_MIN_BLOCKS)
 conv2d_wgmma_kernel(const __half* __restrict__ x, const __half* __restrict__ w, __half* __restrict__ out, ConvDims d) {
     extern __shared__ uint8_t smem_raw[];
     // 128-byte swizzled tiles read by wgmma need 1024-byte aligned bases
@@ -209,15 +217,15 @@ __global__ void __launch_bounds__(256)
 conv2d_fallback_kernel(const __half* __restrict__ x, const __half* __restrict__ w, __half* __restrict__ out, int N, int H,
                       int W, int C, int F) {
     const int M = N * H * W, K = 9 * C;
-    __shared__ float xs[CONV_FB_BK][CONV_BM];  // k-major, so a thread's 8 values are contiguous
-    __shared__ float ws[CONV_FB_BK][CONV_BN];
+    __shared__ float xs[CONV_FB_BK][CONV_FB_BM];  // k-major, so a thread's 8 values are contiguous
+    __shared__ float ws[CONV_FB_BK][CONV_FB_BN];
     const int tid = threadIdx.x;
     const int tr = tid / 16, tc = tid % 16;  // 16 x 16 threads, each 8 x 8 outputs
-    const int m0 = blockIdx.y * CONV_BM, n0 = blockIdx.x * CONV_BN;
+    const int m0 = blockIdx.y * CONV_FB_BM, n0 = blockIdx.x * CONV_FB_BN;
     float acc[CONV_TM][CONV_TN] = {};
     for (int k0 = 0; k0 < K; k0 += CONV_FB_BK) {
-        for (int i = tid; i < CONV_FB_BK * CONV_BM; i += 256) {
-            const int r = i % CONV_BM, kk = i / CONV_BM;  // consecutive threads, consecutive rows
+        for (int i = tid; i < CONV_FB_BK * CONV_FB_BM; i += 256) {
+            const int r = i % CONV_FB_BM, kk = i / CONV_FB_BM;  // consecutive threads, consecutive rows
             const bool kin = k0 + kk < K;
             xs[kk][r] = im2col(x, m0 + r, k0 + kk, M, H, W, C);
             ws[kk][r] = (n0 + r < F && kin) ? __half2float(w[(long long)(n0 + r) * K + k0 + kk]) : 0.0f;
@@ -272,7 +280,7 @@ extern "C" cudaError_t conv2d(const __half* x, const __half* weight, __half* out
         conv2d_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(x, weight, out, d);
         return cudaGetLastError();
     }
-    dim3 grid((F + CONV_BN - 1) / CONV_BN, (M + CONV_BM - 1) / CONV_BM);
+    dim3 grid((F + CONV_FB_BN - 1) / CONV_FB_BN, (M + CONV_FB_BM - 1) / CONV_FB_BM);
     conv2d_fallback_kernel<<<grid, 256, 0, stream>>>(x, weight, out, N, H, W, C, F);
     return cudaGetLastError();
 }

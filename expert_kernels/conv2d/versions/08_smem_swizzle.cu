@@ -12,6 +12,8 @@
 #define CONV_BN 128   // filters per block
 #define CONV_BK 64    // channels of one tap per k-tile
 #define CONV_FB_BK 16 // (fallback kernel) k-slice
+#define CONV_FB_BM 128  // (fallback kernel) block tile
+#define CONV_FB_BN 128
 #define CONV_TM 8     // (fallback kernel) outputs per thread
 #define CONV_TN 8
 
@@ -174,15 +176,15 @@ __global__ void __launch_bounds__(256)
 conv2d_fallback_kernel(const __half* __restrict__ x, const __half* __restrict__ w, __half* __restrict__ out, int N, int H,
                       int W, int C, int F) {
     const int M = N * H * W, K = 9 * C;
-    __shared__ float xs[CONV_FB_BK][CONV_BM];  // k-major, so a thread's 8 values are contiguous
-    __shared__ float ws[CONV_FB_BK][CONV_BN];
+    __shared__ float xs[CONV_FB_BK][CONV_FB_BM];  // k-major, so a thread's 8 values are contiguous
+    __shared__ float ws[CONV_FB_BK][CONV_FB_BN];
     const int tid = threadIdx.x;
     const int tr = tid / 16, tc = tid % 16;  // 16 x 16 threads, each 8 x 8 outputs
-    const int m0 = blockIdx.y * CONV_BM, n0 = blockIdx.x * CONV_BN;
+    const int m0 = blockIdx.y * CONV_FB_BM, n0 = blockIdx.x * CONV_FB_BN;
     float acc[CONV_TM][CONV_TN] = {};
     for (int k0 = 0; k0 < K; k0 += CONV_FB_BK) {
-        for (int i = tid; i < CONV_FB_BK * CONV_BM; i += 256) {
-            const int r = i % CONV_BM, kk = i / CONV_BM;  // consecutive threads, consecutive rows
+        for (int i = tid; i < CONV_FB_BK * CONV_FB_BM; i += 256) {
+            const int r = i % CONV_FB_BM, kk = i / CONV_FB_BM;  // consecutive threads, consecutive rows
             const bool kin = k0 + kk < K;
             xs[kk][r] = im2col(x, m0 + r, k0 + kk, M, H, W, C);
             ws[kk][r] = (n0 + r < F && kin) ? __half2float(w[(long long)(n0 + r) * K + k0 + kk]) : 0.0f;
@@ -237,7 +239,7 @@ extern "C" cudaError_t conv2d(const __half* x, const __half* weight, __half* out
         conv2d_mma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(x, weight, out, d);
         return cudaGetLastError();
     }
-    dim3 grid((F + CONV_BN - 1) / CONV_BN, (M + CONV_BM - 1) / CONV_BM);
+    dim3 grid((F + CONV_FB_BN - 1) / CONV_FB_BN, (M + CONV_FB_BM - 1) / CONV_FB_BM);
     conv2d_fallback_kernel<<<grid, 256, 0, stream>>>(x, weight, out, N, H, W, C, F);
     return cudaGetLastError();
 }
