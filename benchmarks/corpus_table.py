@@ -2,7 +2,7 @@
 
     python benchmarks/corpus_table.py [--db skills_db/skills.duckdb] [--json OUT.json] [--md OUT.md]
 
-For every workload under expert_kernels/: the expert's PASSED evaluation (newest), per benchmark
+For every workload of the shipped corpus run (the targets of pipelines/mine.toml): the expert's PASSED evaluation (newest), per benchmark
 case: expert latency, vendor-reference latency (timed in the same worker, alternating call by call),
 speedup, bytes moved (the workload's bytes_moved formula), achieved bandwidth and its fraction of the
 measured device copy bandwidth, and whether every benchmark and probe shape passed.
@@ -18,12 +18,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def table(store, root: Path = ROOT / "expert_kernels") -> list[dict]:
+def corpus_dirs(config: Path = ROOT / "pipelines" / "mine.toml") -> list[Path]:
+    """The workload folders a mining configuration walks (each once, sorted)."""
+    from klineage.lineage.mine import load_config
+    run, _raw = load_config(config)
+    return sorted({t.workload_dir for t in run.targets})
+
+
+def table(store, dirs: list[Path] | None = None) -> list[dict]:
     from klineage.gate.gate import kernel_hash
     from klineage.workload import load_workload
 
     rows = []
-    for d in sorted(p for p in root.iterdir() if (p / "workload.py").is_file() and (p / "expert.cu").is_file()):
+    for d in (corpus_dirs() if dirs is None else dirs):
         wl = load_workload(d)
         recs = [r for r in store.find_evaluations(kernel_hash=kernel_hash((d / "expert.cu").read_text()),
                                                   workload_hash=wl.content_hash)

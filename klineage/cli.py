@@ -233,10 +233,6 @@ def evals_export(file, db_path):
     click.echo(f"{n} evaluations written to {file}")
 
 
-if __name__ == "__main__":
-    main()
-
-
 # -- mining ------------------------------------------------------------------------------------------
 
 class _Progress:
@@ -324,6 +320,9 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
         summary = _execute_mine(run, store, replay, quiet or as_json, llm=llm)
     finally:
         store.close()
+    if llm is not None:  # the model calls' accounting (the lineage records the budget stop, if any)
+        summary["llm"] = {"model": llm.model, "calls": len(llm.exchanges), "spent_usd": round(llm.spent_usd, 6),
+                          "budget_usd": llm.budget_usd}
     click.echo(json.dumps(summary, indent=1, default=str) if as_json else format_mine_summary(summary))
     if summary["missing"]:
         sys.exit(4)
@@ -614,11 +613,13 @@ def baseline_group():
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of adaexplore's tree search.")
 @click.option("--dry-run", is_flag=True, help="Print the first prompt and its cost estimate; send nothing.")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Take the timing settings from a run configuration's [gate] table (e.g. pipelines/mine.toml).")
 @db_option
 @json_option
 @library_errors
 def baseline_run(method, workload_dir, start_path, budget_usd, max_iters, budget_s, model, base_url, seed, dry_run,
-                 replay, db_path, as_json):
+                 replay, config_path, db_path, as_json):
     """One baseline method on one workload from a start kernel, under the same gate, budget
     accounting and trajectory records as `klineage apply` (read them with `klineage apply show`)."""
     from klineage.apply.baselines import Baseline, run_baseline
@@ -632,11 +633,15 @@ def baseline_run(method, workload_dir, start_path, budget_usd, max_iters, budget
         _echo_preview(llm.preview(*Baseline(method, llm, seed).prompt(wl, start, None,
                                                                       "edit" if method == "adaexplore" else None)), as_json)
         return
+    gate_config = None
+    if config_path is not None:
+        from klineage.lineage.mine import load_config
+        gate_config = load_config(config_path)[0].gate_config()
     store = _open_store(db_path)
     if replay:
         from klineage.store.recorded import import_recorded
         import_recorded(store)
-    gate = Gate(store)
+    gate = Gate(store, gate_config)
     try:
         run = run_baseline(method, store, gate, wl, start, str(start_path), llm, max_iters=max_iters,
                            budget_s=budget_s, replay=replay, seed=seed)
@@ -647,6 +652,8 @@ def baseline_run(method, workload_dir, start_path, budget_usd, max_iters, budget
         click.echo(json.dumps({k: v for k, v in run.items() if k != "best_source"}, indent=1, default=str))
     else:
         click.echo(format_apply_run(run))
+    if run["summary"]["missing"]:  # like mine: a replay that lacked records exits 4
+        sys.exit(4)
 
 
 @main.group("lineage")
@@ -788,3 +795,7 @@ def skills_export(db_path, fmt, out):
             for s in skills:
                 f.write(json.dumps(s["card"], sort_keys=True) + "\n")
         click.echo(f"wrote {len(skills)} skills to {out}")
+
+
+if __name__ == "__main__":  # python -m klineage.cli ... (every command is registered above)
+    main()

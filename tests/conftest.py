@@ -30,3 +30,4 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     """Each test session gets its own build cache; tests never touch the user's."""
     home = tmp_path_factory.getbasetemp() / "klineage-home"
     monkeypatch.setenv("KLINEAGE_HOME", str(home))
+

@@ -3,7 +3,12 @@
 The numbers come from benchmarks/gate_h200.py run on the GPU machine (its JSON is committed with
 the environment); this test checks what was measured, it measures nothing."""
 import json
+import re
 from pathlib import Path
+
+import pytest
+
+from klineage.gate.gate import kernel_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 RES = ROOT / "benchmarks" / "results"
@@ -60,3 +65,47 @@ def test_gate_numbers_meet_targets():
         ind = s["independent"]
         assert abs(ind["cupti_ratio"] - 1) <= 0.05, name
         assert abs(ind["events_over_cupti_same_calls_median"] - 1) <= 0.05, name
+
+
+# -- every gallery and fault kernel as it is now: benchmarks/gate_h200.py --gallery-faults-only -------
+
+GALLERY_FAULTS = RES / "gate_h200_gallery_faults.json"
+HEADER = re.compile(r"^//\s*(pitfall|fault|expect|dynamic|why):\s*(.+)$", re.M)
+
+
+def _header(p: Path) -> dict:
+    return {k: v.strip() for k, v in HEADER.findall(p.read_text())}
+
+
+@pytest.fixture(scope="module")
+def gallery_faults():
+    if not GALLERY_FAULTS.is_file():
+        pytest.skip("gate_h200_gallery_faults.json not recorded yet "
+                    "(python benchmarks/gate_h200.py --gallery-faults-only on the H200)")
+    return json.loads(GALLERY_FAULTS.read_text())
+
+
+def test_gallery_faults_recorded_on_the_h200(gallery_faults):
+    assert gallery_faults["environment"]["gpu"] == "NVIDIA H200"
+    assert gallery_faults["after_faults"]["status"] == "PASSED"  # the run went on after every fault
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "gallery").glob("*.cu")), ids=lambda p: p.name)
+def test_every_gallery_kernel_has_its_expected_status_on_the_h200(gallery_faults, path):
+    rec = {e["kernel"]: e for e in gallery_faults["gallery"]}
+    assert path.name in rec, f"{path.name} has no recorded H200 outcome: run benchmarks/gate_h200.py again"
+    e = rec[path.name]
+    assert e["kernel_hash"] == kernel_hash(path.read_text()), f"{path.name} changed since it was recorded"
+    assert e["guarded"]["status"] == _header(path)["expect"], e["guarded"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "faults").glob("*.cu")), ids=lambda p: p.name)
+def test_every_fault_kernel_has_its_expected_status_on_the_h200(gallery_faults, path):
+    rec = {e["kernel"]: e for e in gallery_faults["faults"]}
+    assert path.name in rec, f"{path.name} has no recorded H200 outcome: run benchmarks/gate_h200.py again"
+    e, h = rec[path.name], _header(path)
+    assert e["kernel_hash"] == kernel_hash(path.read_text()), f"{path.name} changed since it was recorded"
+    assert "harness_error" not in e, e["harness_error"][-400:]
+    assert e["status"] == h["expect"], (e["status"], e["error_kind"], e["error_message"])
+    if "dynamic" in h:  # with the guard off the worker meets it, and survives it
+        assert e["unguarded"]["status"] == h["dynamic"], e["unguarded"]

@@ -8,6 +8,9 @@ methods compare under one gate and one budget.
                  over the kernels kept so far, mixing small edits and whole rewrites
   accelopt       a rolling memory of the last MEMORY slow -> fast pairs (what changed, the speedup)
   expert-source  the expert kernels' sources (expert_kernels/*/expert.cu) in the prompt, no skills
+
+A replay with no record of a kernel makes a NOT_REPLAYED step (listed in the summary's `missing`)
+instead of ending the run; the summary's `kept` names each kept step and its kernel.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from pathlib import Path
 from klineage.apply.llm import BudgetExhausted, parse_kernel
 from klineage.apply.loop import _faster, _feedback
 from klineage.apply.materialize import contract_text
+from klineage.errors import ReplayMissingError
 from klineage.gate.gate import kernel_hash
 from klineage.templates import template_module
 
@@ -100,14 +104,29 @@ def run_baseline(method: str, store, gate, wl, start: str, origin: str, llm, max
         steps.append(step)
         store.put_apply_step(run_id, step)
 
-    first = gate.evaluate(start, wl, origin=origin, replay=replay)
-    record({"kind": "start", "backend": f"baseline:{method}", "status": first.status.value, "accepted": first.passed,
-            "kernel_hash": first.kernel_hash, "eval_key": first.eval_key, "timing": first.timing})
+    missing: list[str] = []
+
+    def evaluate(src: str, where: str):
+        """The gate's result, or None (listed in `missing`) when a replay has no record of it."""
+        try:
+            return gate.evaluate(src, wl, origin=where, replay=replay)
+        except ReplayMissingError:
+            missing.append(kernel_hash(src))
+            return None
+
+    first = evaluate(start, origin)
+    if first is None:
+        record({"kind": "start", "backend": f"baseline:{method}", "status": "NOT_REPLAYED", "accepted": False,
+                "kernel_hash": kernel_hash(start)})
+    else:
+        record({"kind": "start", "backend": f"baseline:{method}", "status": first.status.value,
+                "accepted": first.passed, "kernel_hash": first.kernel_hash, "eval_key": first.eval_key,
+                "timing": first.timing})
     reason = "start_failed"
     best_src, best_res = start, first
     pool = [(start, first)]  # adaexplore's tree: every kernel kept so far
     feedback = None
-    if first.passed:
+    if first is not None and first.passed:
         reason = "budget_steps"
         for i in range(max_iters):
             if budget_s is not None and time.monotonic() - t0 >= budget_s:
@@ -130,7 +149,12 @@ def run_baseline(method: str, store, gate, wl, start: str, origin: str, llm, max
                 feedback = f"your answer had no kernel: {ex.error}"
                 record(step)
                 continue
-            res = gate.evaluate(ex.kernel, wl, origin=f"baseline {run_id}", replay=replay)
+            res = evaluate(ex.kernel, f"baseline {run_id}")
+            if res is None:
+                step.update(status="NOT_REPLAYED", kernel_hash=kernel_hash(ex.kernel),
+                            feedback="no recorded evaluation of this kernel")
+                record(step)
+                continue
             step.update(status=res.status.value, kernel_hash=res.kernel_hash, eval_key=res.eval_key, timing=res.timing)
             if not res.passed:
                 feedback = _feedback(res)
@@ -148,9 +172,10 @@ def run_baseline(method: str, store, gate, wl, start: str, origin: str, llm, max
                 best_src, best_res = ex.kernel, res
                 pool.append((ex.kernel, res))
             record(step)
-    summary = {"stop_reason": reason, "steps": len(steps), "spent_usd": round(llm.spent_usd, 6),
-               "kept": sum(1 for s in steps if s["kind"] == "candidate" and s["accepted"]),
-               "rules": b.rules, "memory": b.pairs[-MEMORY:]}
+    kept = [f"step {s['seq']} {s['kernel_hash'][:12]}" for s in steps if s["kind"] == "candidate" and s["accepted"]]
+    summary = {"stop_reason": reason, "steps": len(steps), "calls": sum(1 for s in steps if s["kind"] == "candidate"),
+               "spent_usd": round(llm.spent_usd, 6), "kept": kept, "rules": b.rules, "memory": b.pairs[-MEMORY:],
+               "missing": missing}
     out = {**run, "best_hash": kernel_hash(best_src), "stop_reason": reason, "summary": summary}
     store.put_apply_run(out)
     return {**out, "steps": steps, "best_source": best_src}

@@ -3,6 +3,12 @@
 Builds are cached by the content hash of (source, flags, nvcc version, arch), so an identical
 request never runs nvcc twice; `compile_many` runs nvcc jobs in parallel on a thread pool (nvcc is
 a subprocess, so threads suffice) and is the only compile path, off the GPU.
+
+A hostile source can make nvcc hang (a constexpr evaluation that runs for days) or blow up (template
+instantiations that grow without end). Every nvcc runs in a session of its own under an address-space
+cap (RLIMIT_AS, inherited by cudafe++, cicc, ptxas and the host compiler) with its temporary files in
+the build's own folder; past its time limit the whole session is killed with SIGKILL, not just nvcc,
+so no orphaned compiler stage keeps running. Both come back as a CompileResult with ok=False.
 """
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -20,10 +27,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from klineage import settings
+from klineage.errors import InputError
 
 DEFAULT_ARCH = "sm_90a"
 BASE_FLAGS = ("-O3", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-lineinfo")
-COMPILE_TIMEOUT_S = 120.0
+COMPILE_TIMEOUT_S = 120.0  # KLINEAGE_NVCC_TIMEOUT_S overrides
+COMPILE_MEMORY_MB = 8192  # address space of each compiler process; KLINEAGE_NVCC_MEMORY_MB overrides (0: no cap)
 
 
 @dataclass
@@ -49,7 +58,7 @@ class CompileResult:
     seconds: float = 0.0
     cached: bool = False
     resources: list[KernelResources] = field(default_factory=list)
-    error_kind: str | None = None  # "nvcc_error" | "timeout" | "no_nvcc"
+    error_kind: str | None = None  # "nvcc_error" | "timeout" | "memory_limit" | "no_nvcc"
     error_message: str | None = None
 
     def to_dict(self) -> dict:
@@ -116,16 +125,66 @@ def parse_ptxas(log: str) -> list[KernelResources]:
     return kernels
 
 
+def compile_limits() -> tuple[float, int]:
+    """(seconds, MiB): nvcc's wall-clock limit and each compiler process's address-space cap, from
+    KLINEAGE_NVCC_TIMEOUT_S and KLINEAGE_NVCC_MEMORY_MB when set."""
+    out = []
+    for var, default, kind in (("KLINEAGE_NVCC_TIMEOUT_S", COMPILE_TIMEOUT_S, float),
+                               ("KLINEAGE_NVCC_MEMORY_MB", COMPILE_MEMORY_MB, int)):
+        raw = os.environ.get(var, "").strip()
+        try:
+            val = kind(raw) if raw else default
+        except ValueError:
+            raise InputError(f"{var}={raw!r} is not a number: set it to a {kind.__name__} or unset it") from None
+        if val < 0:
+            raise InputError(f"{var}={raw!r} is negative: set it to a positive value or unset it")
+        out.append(val)
+    return out[0], out[1]
+
+
+def _run_nvcc(cmd: list[str], cwd: Path, timeout_s: float, memory_mb: int) -> tuple[int | None, str]:
+    """Run nvcc in a new session, its temporary files under `cwd`, each compiler process capped to
+    `memory_mb` of address space. Returns (exit code, output); exit code None when it ran past
+    `timeout_s`, in which case the whole session (nvcc and every stage it started) was killed."""
+    env = dict(os.environ, TMPDIR=str(cwd), TMP=str(cwd), TEMP=str(cwd))
+    # The cap is set by a shell that then becomes nvcc (exec): no preexec_fn, which is unsafe under
+    # compile_many's threads. `ulimit -v` takes KiB; a refusal (a lower hard limit) keeps the lower one.
+    if memory_mb:
+        cmd = ["/bin/sh", "-c", 'ulimit -v "$0" 2>/dev/null; exec "$@"', str(memory_mb * 1024), *cmd]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out.decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:  # every writer of the pipe is dead now, so this returns at once
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # a stage left the session and holds the pipe: stop reading
+            proc.stdout.close()
+            proc.wait()
+            out = b""
+        return None, (out or b"").decode(errors="replace")
+
+
 def compile_kernel(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, ...] = (),
-                   cache_dir: Path | None = None, timeout_s: float = COMPILE_TIMEOUT_S) -> CompileResult:
-    """Build `source` into a cached shared object. Never raises for a bad kernel: a failed or
-    hung nvcc comes back as a CompileResult with ok=False and the log."""
+                   cache_dir: Path | None = None, timeout_s: float | None = None,
+                   memory_mb: int | None = None) -> CompileResult:
+    """Build `source` into a cached shared object. Never raises for a bad kernel: a failed, hung
+    or runaway nvcc comes back as a CompileResult with ok=False and the log. `timeout_s` and
+    `memory_mb` default to compile_limits()."""
     flags = list(BASE_FLAGS) + arch_flags(arch) + list(extra_flags)
     version = nvcc_version()
     key = build_key(source, flags, arch, version)
     if not version:
         return CompileResult(False, key, arch, flags, "", "", error_kind="no_nvcc",
                              error_message="nvcc not found on PATH: install the CUDA toolkit (nvcc 13) or add it to PATH")
+    default_timeout, default_memory = compile_limits()
+    timeout_s = default_timeout if timeout_s is None else timeout_s
+    memory_mb = default_memory if memory_mb is None else memory_mb
     root = Path(cache_dir or settings.build_cache_dir())
     out_dir = root / key[:2] / key
     meta_path = out_dir / "build.json"
@@ -144,27 +203,37 @@ def compile_kernel(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str
     src.write_text(source)
     so = tmp / "kernel.so"
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(["nvcc", *flags, "-o", str(so), str(src)], capture_output=True, text=True,
-                              timeout=timeout_s, cwd=tmp, start_new_session=True)
-    except subprocess.TimeoutExpired as exc:
-        log = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        shutil.rmtree(tmp, ignore_errors=True)
-        return CompileResult(False, key, arch, flags, version, log, seconds=time.perf_counter() - t0,
-                             error_kind="timeout",
-                             error_message=f"nvcc ran past {timeout_s:.0f} s and was killed")
+    code, log = _run_nvcc(["nvcc", *flags, "-o", str(so), str(src)], tmp, timeout_s, memory_mb)
     seconds = time.perf_counter() - t0
-    log = (proc.stdout + proc.stderr).replace(str(tmp) + "/", "")
-    ok = proc.returncode == 0 and so.is_file()
+    log = log.replace(str(tmp) + "/", "")
+    if code is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return CompileResult(False, key, arch, flags, version, log, seconds=seconds, error_kind="timeout",
+                             error_message=f"nvcc ran past its time limit of {timeout_s:g} s; it and every "
+                                           "compiler stage it started were killed")
+    ok = code == 0 and so.is_file()
     res = CompileResult(ok, key, arch, flags, version, log, seconds=seconds, resources=parse_ptxas(log))
     if not ok:
         res.error_kind = "nvcc_error"
-        res.error_message = _first_error(log) or f"nvcc exited with {proc.returncode}"
+        res.error_message = _first_error(log) or f"nvcc exited with {code}"
+        if memory_mb and _out_of_memory(log, code):
+            # Not cached: the outcome depends on the cap, which a later run may raise.
+            shutil.rmtree(tmp, ignore_errors=True)
+            res.error_kind = "memory_limit"
+            res.error_message = (f"nvcc ran out of memory under its cap of {memory_mb} MiB per compiler process "
+                                 f"({res.error_message})")
+            return res
     # Publish atomically: a concurrent identical build loses the rename and keeps the winner.
     meta = res.to_dict()
     meta["so_path"] = "kernel.so" if ok else None
     (tmp / "build.json").write_text(json.dumps(meta, indent=1))
     src.unlink(missing_ok=True)
+    for leftover in tmp.iterdir():  # nvcc's own temporaries, when a stage left any behind
+        if leftover.name not in ("build.json", "kernel.so"):
+            if leftover.is_dir():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.rename(tmp, out_dir)
@@ -172,6 +241,14 @@ def compile_kernel(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str
         shutil.rmtree(tmp, ignore_errors=True)
     res.so_path = str(out_dir / "kernel.so") if ok else None
     return res
+
+
+_OOM_RE = re.compile(r"out of memory|std::bad_alloc|cannot allocate memory|memory exhausted", re.I)
+
+
+def _out_of_memory(log: str, code: int) -> bool:
+    """Whether a failed nvcc ran out of memory: a stage said so, or nvcc itself died by a signal."""
+    return bool(_OOM_RE.search(log)) or code < 0
 
 
 def _from_meta(meta: dict, out_dir: Path) -> CompileResult:

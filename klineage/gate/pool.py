@@ -47,13 +47,19 @@ class GateWorker:
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=self.gpu, PYTHONUNBUFFERED="1", TMPDIR=self._workdir,
                    PYTHONPATH=os.pathsep.join([root] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]))
-        self._log = tempfile.NamedTemporaryFile(prefix="klineage-worker-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [*self.command, "--fd", str(wfd)],
-            stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(wfd,), env=env,
-            start_new_session=True, cwd=self._workdir,
-        )
-        os.close(wfd)
+        # The worker's output goes to a log inside its working directory (removed with it); the driver
+        # keeps only the name, so a restart leaks neither a file nor a descriptor.
+        log = tempfile.NamedTemporaryFile(prefix="klineage-worker-", suffix=".log", dir=self._workdir, delete=False)
+        self._log = log.name
+        try:
+            self.proc = subprocess.Popen(
+                [*self.command, "--fd", str(wfd)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(wfd,), env=env,
+                start_new_session=True, cwd=self._workdir,
+            )
+        finally:
+            log.close()
+            os.close(wfd)
         self._rfd, self._buf = rfd, b""
         self.starts += 1
         msg = self._read(self.start_timeout_s)
@@ -86,6 +92,11 @@ class GateWorker:
         if self._rfd is not None:
             os.close(self._rfd)
             self._rfd = None
+        if self.proc is not None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
         self.proc = None
 
     def close(self) -> None:
@@ -102,7 +113,7 @@ class GateWorker:
         if self._log is None:
             return ""
         try:
-            return Path(self._log.name).read_text(errors="replace")[-n:]
+            return Path(self._log).read_text(errors="replace")[-n:]
         except OSError:
             return ""
 

@@ -4,8 +4,11 @@ rewrite and no version ladder, under the same gate and audit as every other prop
 Prompt (templates/llm_backward.j2): the granularity rules and the known mechanisms (a cached prefix),
 then the current kernel with line numbers, the detectors' features, the mechanisms already removed
 and the last rejection's reason. The answer must be one ```json block with exactly the keys
-mechanism, locus, backward_edit, features_before, features_after, evidence_lines, kernel; anything
-else is a recorded rejection (`llm_parse`), and the walk goes on with the next call.
+mechanism, locus, backward_edit, features_before, features_after, evidence_lines, kernel; or, when
+the model sees no mechanism left, exactly {"done": true, "reason": ...}, which ends the asking on this
+kernel. Anything else is a recorded rejection (`llm_parse`), and the walk goes on with the next call.
+The declared features must describe one removal: the mechanism among features_before, and nothing
+in features_after that is not in features_before, nor anything else gone (`llm_parse` otherwise).
 
 Checks before the gate: the cited line ranges must exist in the current kernel and at least one
 cited line must be changed by the proposed edit (`llm_citation`); where the detectors know the
@@ -59,6 +62,7 @@ def numbered(source: str) -> str:
 
 
 def parse_proposal(text: str) -> dict:
+    """The proposal object of an answer, or a done answer {"done": True, "reason": str}; strict."""
     blocks = _JSON_RE.findall(text)
     if len(blocks) != 1:
         raise LLMProposalError(f"expected exactly one ```json block, found {len(blocks)}")
@@ -68,6 +72,10 @@ def parse_proposal(text: str) -> dict:
         raise LLMProposalError(f"the json block does not parse: {e}") from None
     if not isinstance(obj, dict):
         raise LLMProposalError("the json block is not an object")
+    if "done" in obj:
+        if set(obj) != {"done", "reason"} or obj["done"] is not True or not isinstance(obj["reason"], str):
+            raise LLMProposalError('a done answer is exactly {"done": true, "reason": "..."}')
+        return obj
     missing, extra = sorted(set(KEYS) - set(obj)), sorted(set(obj) - set(KEYS))
     if missing or extra:
         raise LLMProposalError(f"keys: missing {missing}, unexpected {extra}")
@@ -80,7 +88,31 @@ def parse_proposal(text: str) -> dict:
         raise LLMProposalError("evidence_lines must be [[first, last], ...] of line numbers")
     if 'extern "C"' not in obj["kernel"]:
         raise LLMProposalError('the kernel has no extern "C" entry point')
+    if not all(isinstance(f, str) for f in obj["features_before"] + obj["features_after"]):
+        raise LLMProposalError("features_before and features_after must be lists of mechanism names")
+    mech, before, after = obj["mechanism"].strip(), set(obj["features_before"]), set(obj["features_after"])
+    if mech not in before:
+        raise LLMProposalError(f"features_before does not list the mechanism removed ({mech})")
+    if after - before or before - after - {mech}:
+        raise LLMProposalError(f"the declared features are not one removal of {mech}: added "
+                               f"{sorted(after - before)}, also removed {sorted(before - after - {mech})}")
     return obj
+
+
+def format_proposal(obj: dict, preface: str = "") -> str:
+    """An answer holding `obj` as the proposer asks for it (the inverse of parse_proposal)."""
+    return (preface + "\n\n" if preface else "") + "```json\n" + json.dumps(obj, indent=1) + "\n```\n"
+
+
+def changed_lines(current: str, simpler: str) -> set[int]:
+    """Line numbers of `current` (from 1) that the edit to `simpler` replaces or deletes; an
+    insertion counts the line it goes before."""
+    changed = set()
+    sm = difflib.SequenceMatcher(a=current.splitlines(), b=simpler.splitlines(), autojunk=False)
+    for op, i1, i2, _, _ in sm.get_opcodes():
+        if op != "equal":
+            changed.update(range(i1 + 1, max(i2, i1 + 1) + 1))
+    return changed
 
 
 def check_citations(current: str, simpler: str, ranges: list[list[int]]) -> str | None:
@@ -92,11 +124,7 @@ def check_citations(current: str, simpler: str, ranges: list[list[int]]) -> str 
     for a, b in ranges:
         if not 1 <= a <= b <= n:
             return f"cited lines {a}-{b} do not exist (the kernel has {n} lines)"
-    changed = set()
-    sm = difflib.SequenceMatcher(a=current.splitlines(), b=simpler.splitlines(), autojunk=False)
-    for op, i1, i2, _, _ in sm.get_opcodes():
-        if op != "equal":
-            changed.update(range(i1 + 1, max(i2, i1 + 1) + 1))
+    changed = changed_lines(current, simpler)
     if not any(a <= ln <= b for a, b in ranges for ln in changed):
         return "none of the cited lines is changed by the proposed edit"
     return None
@@ -131,6 +159,9 @@ class LLMProposer:
                 self.log.append({**entry, "verdict": "llm_parse", "reason": str(e)})
                 yield _Rejected("unknown", f"llm call {call}", call), f"llm_parse: {e}"
                 continue
+            if obj.get("done"):
+                self.log.append({**entry, "verdict": "done", "reason": obj["reason"]})
+                return
             mech, locus = obj["mechanism"].strip(), obj["locus"].strip()
             if (mech, locus) in tried:
                 feedback = f"{mech} at {locus} was already tried"
@@ -145,6 +176,8 @@ class LLMProposer:
             self.log.append({**entry, "verdict": "proposed", "mechanism": mech})
             yield Proposal(self.name, mech, locus, obj["kernel"], config={"backward_edit": obj["backward_edit"],
                                                                           "evidence_lines": obj["evidence_lines"],
+                                                                          "features_before": obj["features_before"],
+                                                                          "features_after": obj["features_after"],
                                                                           "prompt_hash": ex.prompt_hash},
                            anchor=locus, declared=True)
             feedback = "the last proposal was rejected by the gate or the audit"

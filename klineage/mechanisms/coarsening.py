@@ -14,7 +14,12 @@ Locus: the constant's name (`ROW_SUM_UNROLL`); `function:NAME` for a template de
 constant declared inside a function. Deoptimize sets the value to 1 (config records the old
 value); NotApplicable when an array extent would become zero. Reoptimize sets it to the
 configuration's value (4 by default), on natural code for the named constant, or the first
-per-thread-count constant whose value is 1.
+per-thread-count constant whose value is 1. On natural code with no such constant, a
+one-element-per-thread kernel (`klineage.mechanisms.elementwise`) is coarsened: a new
+`#ifndef PREFIX_ITEMS_PER_THREAD` count (the configuration's value), each thread taking that many
+block-strided elements, all loads issued before the math, the host grid divided by the count; a
+flat-index kernel accessed off the index whose body declares what it loads, then stores, gets the
+same with the declared values kept per item.
 """
 from __future__ import annotations
 
@@ -253,7 +258,12 @@ class Coarsening(Mechanism):
             locus = next((loc for loc, (name, v, span, form, scope, node) in consts
                           if v == 1 and per_thread_name(name) and _kernel_uses(k, name, form, scope, node)), None)
             if locus is None:
-                return NotApplicable("no per-thread count constant set to 1 that kernel code uses")
+                # natural code with no count: a one-element-per-thread kernel gets one
+                from klineage.mechanisms.elementwise import coarsen
+                got = coarsen(k, int(value))
+                if got.ok:
+                    return got
+                return NotApplicable(f"no per-thread count constant set to 1 that kernel code uses, and {got.reason}")
         hit = dict(consts).get(locus)
         if hit is None:
             return NotApplicable(f"no tuning constant {locus}")

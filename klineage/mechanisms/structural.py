@@ -2,19 +2,36 @@
 are kept and skills list them as prior features, but never rewritten here (the versions proposer,
 or an LLM proposer, removes them).
 
-Each detector is a set of textual signatures (regular expressions over live code, so `#if`-dead
-branches do not count) grouped per function.
+A feature per function that carries the mechanism (locus `<function>:<mechanism>`): its lines span
+the evidence, its detail counts the evidence lines (`signatures`) and records what the code says
+of the configuration (MMA flavour, shape and types; copy engine; stage count; swizzle mode; tile
+shape; ...). Evidence comes from live code only: comments and `#if`-dead branches do not count, the
+PTX in the continuation lines of a multi-line `asm volatile(...)` does, and macros are expanded
+(codescan.py).
+
+Two mechanisms are umbrellas over a Hopper-specific one, so a version ladder that moves from the
+general form to the Hopper form keeps the general kind and adds exactly the specific one:
+- tensor_core_mma: any tensor-core MMA, `flavour` wmma / mma.sync / wgmma;
+  wgmma: the warpgroup form only (wgmma.mma_async, fence / commit_group / wait_group, shared-memory
+  matrix descriptors), sm_90a;
+- async_copy: any asynchronous global->shared copy, `engine` cp.async / tma;
+  tma: the Tensor Memory Accelerator only (bulk tensor copies, CUtensorMap, mbarrier transaction
+  counts).
 """
 from __future__ import annotations
 
 import re
 from typing import ClassVar
 
-from klineage.mechanisms.base import Feature, Kernel, Mechanism, detail
+from klineage.mechanisms.base import Feature, Kernel, Mechanism, detail, number_loci, squash
+from klineage.mechanisms.codescan import (COPY_CATEGORIES, MMA_CATEGORIES, Scan, assignments, base_name, call_args,
+                                          callee_name, identifiers, qualified_callee, scan, strip, subscripts)
 from klineage.parse import syntax
+from klineage.parse.syntax import ancestors, walk
 
 
 class _Signature(Mechanism):
+    """Regular-expression signatures grouped per function (thread_block_cluster)."""
     STRUCTURAL = True
     SIGNATURES: ClassVar[tuple[str, ...]] = ()
     ANCHOR: ClassVar[str] = ""
@@ -55,57 +72,810 @@ def _decl_line(line: str) -> bool:
     return "__cluster_dims__" in line
 
 
-class TensorCoreMMA(_Signature):
+class _Structural(Mechanism):
+    """A detector over codescan facts: `evidence` gives (lines, detail) per function, or None."""
+    STRUCTURAL = True
+    ANCHOR: ClassVar[str] = ""
+    # signatures searched outside every function when no function carries the mechanism
+    FILE_SIGNATURES: ClassVar[tuple[str, ...]] = ()
+
+    def evidence(self, s: Scan, fn) -> tuple[set[int], dict] | None:
+        raise NotImplementedError
+
+    def detect(self, k: Kernel) -> list[Feature]:
+        s = scan(k)
+        items = []
+        for fn in s.fns:
+            found = self.evidence(s, fn)
+            if found is not None and found[0]:
+                items.append((f"{fn.name}:{self.NAME}", (fn, found)))
+        feats = []
+        for locus, (fn, (lines, info)) in number_loci(items):
+            ls = sorted(lines)
+            feats.append(Feature(self.NAME, locus, (ls[0], ls[-1]), anchor=self.ANCHOR,
+                                 detail=detail(signatures=len(ls), **info), removable=False,
+                                 path=f"{fn.name} > {self.ANCHOR}"))
+        if not feats and self.FILE_SIGNATURES:
+            pats = [re.compile(p) for p in self.FILE_SIGNATURES]
+            line = next((i for i in s.outside_functions() if any(p.search(s.code(i)) for p in pats)), None)
+            if line is not None:
+                feats.append(Feature(self.NAME, f"<file>:{self.NAME}", (line, line), anchor=self.ANCHOR,
+                                     detail=detail(signatures=1), removable=False, path=f"file > {self.ANCHOR}"))
+        return feats
+
+
+def _lines(hits) -> set[int]:
+    return {ln for ln, _ in hits}
+
+
+def _joined(values) -> str:
+    return ",".join(sorted({v for v in values if v}))
+
+
+# ---- stage counts ----------------------------------------------------------------------------
+
+_NOT_A_COUNT = re.compile(r"(?i)bytes|size|elem|tile|offset|idx|index|stride")
+
+
+def _is_stage_name(name: str) -> bool:
+    """A name for the number of pipeline stages: STAGES, kStages, GEMM_STAGES, NSTAGE, PIPE_DEPTH."""
+    if _NOT_A_COUNT.search(name):
+        return False
+    return bool(re.search(r"(?i)stages", name) or re.fullmatch(r"[A-Z0-9_]*STAGE[A-Z0-9_]*", name)
+                or re.search(r"(?i)pipe(?:line)?_?depth", name) or re.fullmatch(r"k?_?(?:PIPE|Pipe)", name))
+
+
+def _stage_names(s: Scan, fn) -> list[str]:
+    """Stage-count names the function's live code uses, most used first."""
+    counts: dict[str, int] = {}
+    for i in s.lines(fn):
+        for w in re.findall(r"[A-Za-z_]\w*", s.code(i)):
+            if _is_stage_name(w):
+                counts[w] = counts.get(w, 0) + 1
+    return sorted(counts, key=lambda w: (-counts[w], w))
+
+
+def _stages(s: Scan, fn, names: list[str]) -> dict:
+    for n in names:
+        v = s.value(n, fn)
+        if v is not None:
+            return {"stages": v}
+    return {"stages": names[0]} if names else {}
+
+
+# ---- tensor cores ----------------------------------------------------------------------------
+
+_PTX_TYPES = ("f64", "f32", "f16", "bf16", "tf32", "e4m3", "e5m2", "s32", "s8", "u8", "s4", "u4", "b1")
+_C_TYPES = {"half": "f16", "__half": "f16", "__nv_bfloat16": "bf16", "nv_bfloat16": "bf16", "float": "f32",
+            "double": "f64", "int": "s32", "signed char": "s8", "unsigned char": "u8", "tf32": "tf32"}
+_MMA_PTX = re.compile(r"\bmma\.(?:sp(?:::ordered_metadata)?\.)?sync\.aligned\.(m\d+n\d+k\d+)((?:\.\w+)*)")
+_LDMATRIX = re.compile(r"\bldmatrix\.sync\.aligned\.m8n8\.(x[124])(\.trans)?")
+_WMMA_API = re.compile(r"\b(?:nvcuda::)?wmma::(?:mma_sync|load_matrix_sync|store_matrix_sync|fill_fragment|fragment)\b")
+_WMMA_BARE = re.compile(r"(?<![\w:.])(?:mma_sync|load_matrix_sync|store_matrix_sync|fill_fragment)\s*\(|"
+                        r"(?<![\w:.])fragment\s*<\s*(?:matrix_a|matrix_b|accumulator)\b")
+_WMMA_FRAG = re.compile(r"\bfragment\s*<\s*(?:(?:nvcuda::)?wmma::)?(matrix_a|matrix_b|accumulator)\s*,\s*(\w+)\s*,"
+                        r"\s*(\w+)\s*,\s*(\w+)\s*,\s*([\w:]+(?:\s+\w+)?)")
+_WGMMA = re.compile(r"\bwgmma\.(mma_async|fence|commit_group|wait_group)\b")
+_WGMMA_SHAPE = re.compile(r"\bwgmma\.mma_async(?:\.sp)?\.sync\.aligned\.(m64n\d+k\d+)((?:\.\w+)*)")
+
+
+def _ptx_types(suffix: str) -> list[str]:
+    return [t for t in suffix.split(".") if t in _PTX_TYPES]
+
+
+def _wgmma_info(s: Scan, fn) -> tuple[set[int], dict]:
+    ops = s.find(fn, _WGMMA)
+    if not ops:
+        return set(), {}
+    shapes = s.find(fn, _WGMMA_SHAPE)
+    types = [_ptx_types(m.group(2)) for _, m in shapes]
+    info = {"ops": _joined(m.group(1) for _, m in ops), "shape": _joined(m.group(1) for _, m in shapes),
+            "accum": _joined(t[0] for t in types if t), "dtype": _joined(t[1] for t in types if len(t) > 1)}
+    return _lines(ops), {k: v for k, v in info.items() if v}
+
+
+class TensorCoreMMA(_Structural):
     NAME = "tensor_core_mma"
-    DESCRIPTION = "tensor-core matrix multiply-accumulate (WMMA, mma.sync, wgmma)"
+    DESCRIPTION = ("tensor-core matrix multiply-accumulate, any flavour: WMMA fragments (nvcuda::wmma), mma.sync "
+                   "with ldmatrix fragments, or warpgroup wgmma (also its own mechanism, wgmma)")
     ANCHOR = "MMA inner loop"
-    SIGNATURES = (r"\bwmma::mma_sync\b", r"\bmma_sync\s*\(", r"mma\.sync\.aligned", r"wgmma\.mma_async",
-                  r"\bwgmma\.", r"\bldmatrix\b")
+    FILE_SIGNATURES = (r"\bwmma::mma_sync\b", r"\bmma_sync\s*\(", r"mma\.sync\.aligned", r"wgmma\.mma_async",
+                       r"\bwgmma\.", r"\bldmatrix\b")
+
+    def evidence(self, s, fn):
+        ptx, ldm = s.find(fn, _MMA_PTX), s.find(fn, _LDMATRIX)
+        wmma = s.find(fn, _WMMA_API)
+        if "wmma" in " ".join(s.code_lines):  # `using namespace nvcuda::wmma`: unqualified calls
+            wmma += s.find(fn, _WMMA_BARE)
+        wg_lines, wg = _wgmma_info(s, fn)
+        lines = _lines(ptx) | _lines(ldm) | _lines(wmma) | wg_lines
+        if not lines:
+            return None
+        flavours = {"mma.sync" for _ in ptx[:1] + ldm[:1]} | {"wmma" for _ in wmma[:1]} | {"wgmma" for _ in wg_lines}
+        shapes = {m.group(1) for _, m in ptx} | set(filter(None, [wg.get("shape")]))
+        accum, dtype = set(filter(None, [wg.get("accum")])), set(filter(None, [wg.get("dtype")]))
+        for _, m in ptx:
+            t = _ptx_types(m.group(2))
+            accum |= set(t[:1])
+            dtype |= set(t[1:2])
+        for _, m in s.find(fn, _WMMA_FRAG):
+            use, mm, nn, kk, ty = m.groups()
+            shapes.add(f"m{mm}n{nn}k{kk}")
+            ty = _C_TYPES.get(ty.split("::")[-1], ty.split("::")[-1])
+            (accum if use == "accumulator" else dtype).add(ty)
+        info = {"flavour": _joined(flavours), "shape": _joined(shapes), "accum": _joined(accum),
+                "dtype": _joined(dtype), "ldmatrix": _joined(m.group(1) + (m.group(2) or "") for _, m in ldm)}
+        return lines, {k: v for k, v in info.items() if v}
 
 
-class AsyncCopy(_Signature):
+class Wgmma(_Structural):
+    NAME = "wgmma"
+    DESCRIPTION = ("warpgroup MMA (sm_90a): wgmma.mma_async over 128 threads with operands read from shared "
+                   "memory through matrix descriptors, ordered by wgmma.fence / commit_group / wait_group")
+    ANCHOR = "warpgroup MMA"
+    FILE_SIGNATURES = (r"\bwgmma\.",)
+    PRECONDITIONS = {
+        "hardware": [{"condition": "the arch-specific sm_90a target (wgmma is not in sm_90, sm_80, sm_100 or sm_120)",
+                      "fails_without": "ptxas rejects wgmma.* for every other target"}],
+        "storage": [{"condition": "operand tiles in shared memory laid out as their matrix descriptors state "
+                                  "(major-ness, swizzle mode matching whatever wrote the tile, 1024-byte aligned "
+                                  "bases for the 128-byte swizzle)",
+                     "fails_without": "wgmma reads other elements than meant: silently wrong products"}],
+        "pipeline": [{"condition": "all 128 threads of the warpgroup run wgmma.fence, the MMAs, commit_group and "
+                                   "wait_group together, and no accumulator register is read or written until the "
+                                   "wait_group that retires its group",
+                      "fails_without": "undefined accumulators (stale or torn values) or a hang"}],
+        "data_types": [{"condition": "operand types the instruction has (f16/bf16 with an f32 or f16 accumulator, "
+                                     "tf32, e4m3/e5m2, s8/u8) and the shape's K (16 for 16-bit operands)",
+                        "fails_without": "the asm does not assemble, or the operands are reinterpreted bit for bit"}],
+    }
+
+    def evidence(self, s, fn):
+        lines, info = _wgmma_info(s, fn)
+        return (lines, info) if lines else None
+
+
+# ---- asynchronous copies ---------------------------------------------------------------------
+
+_CP_ASYNC = re.compile(r"\bcp\.async\.(ca|cg)\.shared(?:::cta)?\.global(?:\.[\w:]+)*\s*\[[^\]]*\]\s*,\s*\[[^\]]*\]"
+                       r"\s*,\s*(\d+)|\bcp\.async\.(ca|cg)\b")
+_CP_GROUP = re.compile(r"\bcp\.async\.(?:commit_group|wait_group|wait_all)\b|\b__pipeline_(?:commit|wait_prior)\s*\(")
+_CP_API = re.compile(r"\b__pipeline_memcpy_async\s*\(|\b(?:cuda|cooperative_groups|cg)::memcpy_async\s*\(|"
+                     r"\bcuda::(?:make_)?pipeline\b|\.producer_(?:acquire|commit)\s*\(|"
+                     r"\.consumer_(?:wait|release)\s*\(")
+# the depth a cp.async wait leaves in flight: PTX, the pipeline primitive, or a helper `cp_async_wait<N>()`
+_CP_WAIT = re.compile(r"\bcp\.async\.wait_group\s+(\d+)|\b__pipeline_wait_prior\s*\(\s*([^()]+?)\s*\)|"
+                      r"\b(?=\w*wait)(?=\w*(?:async|pipe|cp_))\w+\s*<\s*([^<>()]+?)\s*>\s*\(")
+# bulk copies: the state space after the shape is the destination (shared: a load, global: a store)
+_BULK_COPY = re.compile(r"\bcp\.(?:reduce\.)?async\.bulk(?:\.tensor\.(\d)d)?\.(shared|global)[\w:.]*|"
+                        r"\bcp_async_bulk_tensor_(\d)d_(global_to_shared|shared_to_global)\w*\s*\(|"
+                        r"\bmemcpy_async_tx\s*\(")
+
+_TMA_OTHER = re.compile(r"\bcp\.async\.bulk\.(?:prefetch|commit_group|wait_group)[\w:.]*|\bCUtensorMap\b|"
+                        r"\bcuTensorMapEncode\w*|\bprefetch\.tensormap\b|\bfence\.proxy\.tensormap\w*|"
+                        r"\btensormap\.replace\b|\bexpect_tx\b|\bcomplete_tx\b|\bbarrier_arrive_tx\s*\(")
+_MBARRIER = re.compile(r"\bmbarrier\.[\w:.]+|\bfence\.mbarrier_init\b")
+
+
+def _bulk_loads(hits):
+    return [(ln, m) for ln, m in hits if m.group(2) == "shared" or m.group(4) == "global_to_shared"
+            or m.group(0).startswith("memcpy_async_tx")]
+
+
+class AsyncCopy(_Structural):
     NAME = "async_copy"
-    DESCRIPTION = "asynchronous global->shared copies (cp.async, memcpy_async)"
+    DESCRIPTION = ("asynchronous global->shared copies, any engine: cp.async (and memcpy_async, the pipeline "
+                   "primitives) or the TMA's bulk copies (also their own mechanism, tma)")
     ANCHOR = "global-to-shared copy"
-    SIGNATURES = (r"cp\.async\.(ca|cg)\b", r"__pipeline_memcpy_async", r"cuda::memcpy_async",
-                  r"cp\.async\.commit_group", r"cp\.async\.wait_group")
+    FILE_SIGNATURES = (r"cp\.async\.(ca|cg)\b", r"__pipeline_memcpy_async", r"cuda::memcpy_async",
+                       r"cp\.async\.commit_group", r"cp\.async\.wait_group", r"cp\.async\.bulk\.tensor")
+
+    def evidence(self, s, fn):
+        cp = s.find(fn, _CP_ASYNC) + s.find(fn, _CP_GROUP) + s.find(fn, _CP_API)
+        bulk = _bulk_loads(s.find(fn, _BULK_COPY))
+        if not cp and not bulk:
+            return None
+        copies = s.find(fn, _CP_ASYNC)
+        info = {"engine": _joined(["cp.async" if cp else "", "tma" if bulk else ""]),
+                "cache": _joined(m.group(1) or m.group(3) for _, m in copies),
+                "bytes": _joined(m.group(2) for _, m in copies),
+                "wait": _joined(next((g for g in m.groups() if g), "") for _, m in s.find(fn, _CP_WAIT)) if cp else ""}
+        info.update(_stages(s, fn, _stage_names(s, fn)))
+        return _lines(cp) | _lines(bulk), {k: v for k, v in info.items() if v != ""}
 
 
-class TMA(_Signature):
+class TMA(_Structural):
     NAME = "tma"
-    DESCRIPTION = "Tensor Memory Accelerator bulk copies (cp.async.bulk, tensor maps)"
+    DESCRIPTION = ("Tensor Memory Accelerator (sm_90): bulk tensor copies (cp.async.bulk.tensor) described by a "
+                   "CUtensorMap, completing on an mbarrier with a transaction count")
     ANCHOR = "bulk tensor copy"
-    SIGNATURES = (r"cp\.async\.bulk", r"CUtensorMap", r"cuTensorMapEncode", r"mbarrier\.")
+    FILE_SIGNATURES = (r"cp\.async\.bulk", r"CUtensorMap", r"cuTensorMapEncode")
+
+    def evidence(self, s, fn):
+        copies = s.find(fn, _BULK_COPY)
+        core = copies + s.find(fn, _TMA_OTHER)
+        if not core:
+            return None
+        loads = _bulk_loads(copies)
+        info = {"dims": _joined(f"{m.group(1) or m.group(3)}d" for _, m in copies if m.group(1) or m.group(3)),
+                "copies": _joined(["load" if loads else "", "store" if len(loads) < len(copies) else ""]),
+                "multicast": "cluster" if any("multicast::cluster" in m.group(0) for _, m in copies) else ""}
+        info.update(_stages(s, fn, _stage_names(s, fn)))
+        return _lines(core) | _lines(s.find(fn, _MBARRIER)), {k: v for k, v in info.items() if v != ""}
 
 
-class MultistageBuffer(_Signature):
+class MultistageBuffer(_Structural):
     NAME = "multistage_buffer"
     DESCRIPTION = "multi-stage shared-memory buffers (software pipelining over STAGES tiles)"
     ANCHOR = "shared tile ring"
-    SIGNATURES = (r"__shared__[^;]*\[\s*(k?STAGES|NUM_STAGES|kStages|N_STAGES|PIPE(_DEPTH)?)\s*\]",
-                  r"\bstage\s*=\s*\(\s*stage\s*\+\s*1\s*\)\s*%")
+    FILE_SIGNATURES = ()
+
+    def evidence(self, s, fn):
+        names = [n for n in _stage_names(s, fn) if s.value(n, fn) is None or s.value(n, fn) >= 2]
+        lines, stages = set(), {}
+        if names:
+            alt = "|".join(map(re.escape, names))
+            ring = re.compile(rf"%\s*\(?\s*(?:{alt})\b|&\s*\(\s*(?:{alt})\s*-\s*1\s*\)|\+\+\s*\w+\s*==\s*(?:{alt})\b|"
+                              rf"\b\w+\s*\+\s*1\s*==\s*(?:{alt})\b|==\s*(?:{alt})\s*-\s*1\s*\?|"
+                              rf"__shared__[^;]*\[\s*(?:{alt})\s*\]")
+            hits = s.find(fn, ring)
+            rings = {m.group(0) for _, m in hits}
+            used = [n for n in names if any(re.search(rf"\b{re.escape(n)}\b", r) for r in rings)]
+            used += [n for n in names if n not in used and _struct_ring(s, fn, n)]
+            if used:
+                lines = _lines(hits) | _lines(s.find(fn, rf"\b(?:{alt})\b"))
+                stages = _stages(s, fn, used)
+        for ln, m in s.find(fn, r"\b(\w*(?:stage|buf|pipe|slot)\w*)\s*=\s*\(\s*\1\s*\+\s*1\s*\)\s*%\s*(\w+)"):
+            v = s.value(m.group(2), fn)
+            if v is not None and v >= 2:
+                lines.add(ln)
+                stages = stages or {"stages": v}
+        if not lines and fn.cats & {"cp_async", "tma_copy"}:
+            lines = _double_buffer(s, fn)
+            stages = {"stages": 2} if lines else {}
+        if not lines:
+            return None
+        info = dict(stages)
+        info["copy"] = _joined(["cp.async" if "cp_async" in fn.cats else "", "tma" if "tma_copy" in fn.cats else ""])
+        if "cp_async" in fn.cats:
+            info["wait"] = _joined(next((g for g in m.groups() if g), "") for _, m in s.find(fn, _CP_WAIT))
+        return lines, {k: v for k, v in info.items() if v != ""}
 
 
-class WarpSpecialization(_Signature):
+def _struct_ring(s: Scan, fn, name: str) -> bool:
+    """The function uses a struct (e.g. the shared-storage struct) with a field dimensioned by `name`."""
+    structs = set()
+    for n in walk(s.tree.root):
+        if n.type == "struct_specifier" and n.child_by_field_name("name") is not None:
+            body = n.child_by_field_name("body")
+            if body is not None and re.search(rf"\[\s*{re.escape(name)}\s*\]", s.tree.text_of(body)):
+                structs.add(s.tree.text_of(n.child_by_field_name("name")))
+    return bool(structs) and any(re.search(rf"\b{re.escape(t)}\b", s.code(i)) for t in structs for i in s.lines(fn))
+
+
+def _double_buffer(s: Scan, fn) -> set[int]:
+    """`__shared__ T buf[2][...]` indexed by a toggled variable (`b ^= 1`, `b = 1 - b`, `k & 1`, `k % 2`)."""
+    arrays = {m.group(1): ln for ln, m in s.find(fn, r"__shared__[^;=]*?\b(\w+)\s*\[\s*2\s*\]\s*\[")}
+    if not arrays:
+        return set()
+    flips = s.find(fn, r"\b(\w+)\s*\^=\s*1\b|\b(\w+)\s*=\s*1\s*-\s*\2\b")
+    toggles = "|".join(sorted({re.escape(m.group(1) or m.group(2)) for _, m in flips})) or "(?!)"
+    out = set()
+    for name, decl in arrays.items():
+        idx = (rf"\b{re.escape(name)}\s*\[\s*(?:(?:{toggles})\s*(?:\^\s*1\s*)?\]|1\s*-\s*(?:{toggles})\s*\]|"
+               rf"[^\]]*?(?:&\s*1|%\s*2)\s*\)?\s*\])")
+        hits = s.find(fn, idx)
+        if hits:
+            out |= {decl} | _lines(hits) | {ln for ln, m in flips if any(
+                re.search(rf"\b{re.escape(m.group(1) or m.group(2))}\b", h.group(0)) for _, h in hits)}
+    return out
+
+
+# ---- warp specialization ---------------------------------------------------------------------
+
+_SETMAXNREG = re.compile(r"\bsetmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s*(\d+)?")
+_TID_EXPR = r"(?:threadIdx\.x|{aliases})"
+
+
+class WarpSpecialization(_Structural):
     NAME = "warp_specialization"
-    DESCRIPTION = "warp specialization (producer and consumer warps with different roles)"
+    DESCRIPTION = ("warp specialization: warps (or warpgroups) with different roles, producers issuing the copies "
+                   "and consumers computing, split by a branch on the warp(group) index; setmaxnreg moves "
+                   "registers from producers to consumers")
     ANCHOR = "warp role branch"
-    SIGNATURES = (r"setmaxnreg", r"\b(is_)?producer\b", r"\bconsumer_warp", r"\bwarpgroup_role\b")
+    FILE_SIGNATURES = (r"setmaxnreg",)
+
+    def evidence(self, s, fn):
+        regs = s.find(fn, _SETMAXNREG)
+        roles, role_lines, patterns = _role_vars(s, fn)
+        branch_lines, splits = set(), set()
+        for n in walk(fn.node):
+            if n.type != "if_statement" or not s.live(n.start_point.row + 1):
+                continue
+            cond = n.child_by_field_name("condition")
+            split = _role_split(s, fn, cond, roles, patterns)
+            if split and _producer_consumer(s, n):
+                branch_lines.add(n.start_point.row + 1)
+                splits.add(split)
+        if not regs and not branch_lines:
+            return None
+        lines = _lines(regs) | branch_lines
+        used = {v for v in roles if any(re.search(rf"\b{re.escape(v)}\b", s.code(ln)) for ln in branch_lines)}
+        for _ in range(3):  # and the role variables those are computed from
+            used |= {w for v, ln in role_lines if v in used for w in roles
+                     if re.search(rf"\b{re.escape(w)}\b", s.code(ln))}
+        lines |= {ln for v, ln in role_lines if v in used}
+        lines |= _lines(s.find(fn, r"(?i)\b\w*(?:producer|consumer)\w*\b(?!\s*\()")) if branch_lines else set()
+        info = {"split": _joined(splits), "roles": "producer/consumer" if branch_lines else "",
+                "setmaxnreg": ", ".join(dict.fromkeys(f"{m.group(1)} {m.group(2)}".strip() for _, m in regs))}
+        return lines, {k: v for k, v in info.items() if v}
 
 
-class OnlineSoftmax(_Signature):
+def _role_vars(s: Scan, fn) -> tuple[dict[str, str], list[tuple[str, int]], dict]:
+    """Variables holding a warpgroup or warp index (or derived from one): name -> 'warpgroup' / 'warp'."""
+    assigns = [(base_name(l), r, st.start_point.row + 1) for l, op, r, st in assignments(fn.node) if op == "="]
+    aliases = {v for v, r, _ in assigns if v and re.fullmatch(r"\(?(?:int|unsigned)?\)?\(?threadIdx\.x\)?",
+                                                                 re.sub(r"\s+|static_cast<\w+>", "", r.text.decode()))}
+    tid = _TID_EXPR.format(aliases="|".join(map(re.escape, sorted(aliases))) or "(?!)")
+    group = re.compile(rf"{tid}\s*(?:/\s*(?:128\b|\(\s*(?:4\s*\*\s*32|32\s*\*\s*4)\s*\)|\w*(?:WARP_?GROUP|WarpGroup|"
+                       rf"warpgroup|Warpgroup)\w*)|>>\s*7\b)|\b\w*[Ww]arp_?[Gg]roup_?(?:idx|id|index)\w*\s*\(")
+    warp = re.compile(rf"{tid}\s*(?:/\s*(?:32\b|warpSize\b|WARP_SIZE\b|kWarpSize\b)|>>\s*5\b)")
+    roles: dict[str, str] = {}
+    lines = []
+    for _ in range(3):
+        for v, r, ln in assigns:
+            if not v or v in roles or not s.live(ln):
+                continue
+            text = r.text.decode()
+            kind = "warpgroup" if group.search(text) else "warp" if warp.search(text) else \
+                next((roles[i] for i in identifiers(r) if i in roles), None)
+            if kind:
+                roles[v] = kind
+                lines.append((v, ln))
+    return roles, lines, {"warpgroup": group, "warp": warp, "tid": tid}
+
+
+def _role_split(s: Scan, fn, cond, roles: dict[str, str], patterns: dict) -> str | None:
+    """How the condition splits the block: by a warpgroup or warp index, or a thread-index threshold."""
+    if cond is None:
+        return None
+    for i in identifiers(cond):
+        if i in roles:
+            return roles[i]
+    text = cond.text.decode()
+    for kind in ("warpgroup", "warp"):
+        if patterns[kind].search(text):
+            return kind
+    m = re.search(rf"{patterns['tid']}\s*(?:<|>=|>|<=)\s*([\w\s*()+]+)", text)
+    if m:
+        v = s.value(m.group(1).strip().rstrip(")"), fn)
+        if v is not None and v >= 32 and v % 32 == 0:
+            return "threads"
+    return None
+
+
+def _producer_consumer(s: Scan, branch) -> bool:
+    """One side of the branch issues copies and runs no MMA; the other side does not copy, or runs the MMAs."""
+    cons = branch.child_by_field_name("consequence")
+    alt = branch.child_by_field_name("alternative")
+    if alt is not None and alt.type == "else_clause":
+        alt = alt.named_children[0] if alt.named_children else None
+    sides = [s.cats_of(cons)] if cons is not None else []
+    if alt is not None:
+        sides.append(s.cats_of(alt))
+    elif cons is not None and any(n.type == "return_statement" for n in walk(cons)):
+        rest, nxt = set(), branch.next_named_sibling
+        while nxt is not None:
+            rest |= s.cats_of(nxt)
+            nxt = nxt.next_named_sibling
+        sides.append(rest)
+    if len(sides) != 2:
+        return False
+
+    def role(c):
+        if c & COPY_CATEGORIES and not c & MMA_CATEGORIES:
+            return "producer"
+        return "consumer" if c & MMA_CATEGORIES or not c & COPY_CATEGORIES else None
+    return {role(sides[0]), role(sides[1])} == {"producer", "consumer"}
+
+
+# ---- online softmax --------------------------------------------------------------------------
+
+_MAX_FNS = {"fmaxf", "fmax", "max", "__hmax", "hmax", "__hmax_nan"}
+_EXP_FNS = {"expf", "__expf", "exp2f", "exp2", "exp", "__exp2f", "hexp", "hexp2", "h2exp", "h2exp2"}
+_FMA_FNS = {"fmaf", "fma", "__fmaf_rn", "__fmaf_rz", "__hfma", "__hfma2", "fmaf_rn"}
+
+
+class OnlineSoftmax(_Structural):
     NAME = "online_softmax"
     DESCRIPTION = "online (single-pass) softmax: running max with rescaled running sum"
     ANCHOR = "running max / sum"
-    SIGNATURES = (r"(__expf|expf|exp2f|__exp2f)\s*\(\s*\(?\s*m_?(old|prev|i)\w*\s*-\s*m_?(new|cur|ij)\w*",
-                  r"\b(running_max|row_max_new|m_new)\b")
+
+    def evidence(self, s, fn):
+        assigns = [(l, op, r) for l, op, r, st in assignments(fn.node) if s.live(st.start_point.row + 1)]
+        maxed = {base_name(l) for l, op, r in assigns if op == "=" and _is_call(r, _MAX_FNS)} - {None}
+        pairs = set()
+        for l, op, r in assigns:
+            a, b, rs = base_name(l), base_name(r), strip(r)
+            plain = rs.type in ("identifier", "subscript_expression", "field_expression")
+            if op == "=" and a and b and a != b and plain and (a in maxed or b in maxed):
+                pairs.add(frozenset((a, b)))
+        if not pairs:
+            return None
+        in_pair = set().union(*pairs)
+        exp_fns = _EXP_FNS | {f.name for f in s.fns if "exp" in f.own and re.search(r"(?i)ex(?:p|2)", f.name)}
+        derived: dict[str, set[str]] = {}
+        for _ in range(2):
+            for l, op, r in assigns:
+                v = base_name(l)
+                if not v or op != "=" or v in in_pair or any(_is_call(c, exp_fns) for c in walk(r)):
+                    continue
+                src = {i for i in identifiers(r) if i in in_pair} | set().union(*[derived.get(i, set())
+                                                                                  for i in identifiers(r)])
+                if src:
+                    derived.setdefault(v, set()).update(src)
+
+        def sides(node) -> set[str]:
+            ids = identifiers(node)
+            return {i for i in ids if i in in_pair} | set().union(*[derived.get(i, set()) for i in ids])
+
+        factors = []
+        for n in walk(fn.node):
+            if _is_call(n, exp_fns) and s.live(n.start_point.row + 1):
+                args = n.child_by_field_name("arguments")
+                if args is not None and "-" in args.text.decode() and any(p <= sides(args) for p in pairs):
+                    factors.append(n)
+        if not factors:
+            return None
+        # names holding a rescale factor (`alpha = exp2f((m_prev - m) * scale)`), not self-updates using one
+        fnames = {base_name(l) for l, op, r in assigns if op == "=" and any(_within(f, r) for f in factors)
+                  and base_name(l) not in identifiers(r)} - {None}
+
+        def scales(node) -> bool:
+            return any(_within(f, node) for f in factors) or bool(identifiers(node) & fnames)
+
+        rescaled = set()
+        for l, op, r in assigns:
+            acc = base_name(l)
+            if not acc or acc in in_pair or acc in fnames:
+                continue
+            if op == "*=" and scales(r):
+                rescaled.add(acc)
+            elif op == "=":
+                for b in walk(r):
+                    if b.type == "binary_expression" and b.child_by_field_name("operator").type == "*":
+                        x, y = b.child_by_field_name("left"), b.child_by_field_name("right")
+                        if (base_name(x) == acc and scales(y)) or (base_name(y) == acc and scales(x)):
+                            rescaled.add(acc)
+                    elif _is_call(b, _FMA_FNS):
+                        a2 = call_args(b)[:2]
+                        if len(a2) == 2 and ((base_name(a2[0]) == acc and scales(a2[1]))
+                                             or (base_name(a2[1]) == acc and scales(a2[0]))):
+                            rescaled.add(acc)
+        if not rescaled:
+            return None
+        new = {v for v in in_pair if v in maxed}
+        lines = {n.start_point.row + 1 for n in walk(fn.node)
+                 if n.type == "identifier" and n.text.decode() in new and s.live(n.start_point.row + 1)}
+        return lines, ({"rescaled": ",".join(sorted(rescaled))} if len(rescaled) > 1 else {})
 
 
-class SmemSwizzle(_Signature):
+def _is_call(node, names: set[str]) -> bool:
+    node = strip(node)
+    return node is not None and node.type == "call_expression" and callee_name(node) in names
+
+
+def _within(inner, outer) -> bool:
+    return outer.start_byte <= inner.start_byte and inner.end_byte <= outer.end_byte
+
+
+# ---- shared-memory swizzles ------------------------------------------------------------------
+
+_TMA_SWIZZLE = re.compile(r"\bCU_TENSOR_MAP_SWIZZLE_(32B|64B|128B)\w*")
+_DESC_SWIZZLE = re.compile(r"(?:\b([123])(?:ull|ULL|ul|UL|llu|LLU|ll|LL|u|U)?|\(\s*(?:uint64_t|unsigned long long)\s*\)"
+                           r"\s*([123])|\buint64_t\s*\(\s*([123])\s*\))\s*\)?\s*<<\s*62\b|"
+                           r"\blayout_type\w*\s*=\s*([123])\b")
+_DESC_MODE = {"1": "128B", "2": "64B", "3": "32B"}
+
+
+class SmemSwizzle(_Structural):
     NAME = "smem_swizzle"
-    DESCRIPTION = "XOR-swizzled shared-memory addressing against bank conflicts"
+    DESCRIPTION = ("swizzled shared-memory layouts against bank conflicts: XOR of a column (chunk) index with "
+                   "masked row bits, or the TMA / wgmma-descriptor swizzle modes (128B, 64B, 32B)")
     ANCHOR = "shared index"
-    SIGNATURES = (r"\[[^\]]*\^[^\]]*\]\s*=|\bswizzle\w*\s*\(", r"\bswz\w*\s*\(")
+
+    def evidence(self, s, fn):
+        lines, kinds, modes, masks = set(), set(), set(), set()
+        if _has_shared(s):
+            for x in walk(fn.node):
+                if x.type != "binary_expression" or x.child_by_field_name("operator").type != "^":
+                    continue
+                if not s.live(x.start_point.row + 1):
+                    continue
+                mask = _xor_mask(x)
+                if mask and _index_use(s, fn, x):
+                    lines.add(x.start_point.row + 1)
+                    kinds.add("xor")
+                    masks.add(mask)
+        for ln, m in s.find(fn, _TMA_SWIZZLE):
+            lines.add(ln)
+            kinds.add("tma")
+            modes.add(m.group(1))
+        if re.search(r"(?i)desc|>>\s*4\b", " ".join(s.code(i) for i in s.lines(fn))):
+            for ln, m in s.find(fn, _DESC_SWIZZLE):
+                lines.add(ln)
+                kinds.add("wgmma_desc")
+                modes.add(_DESC_MODE[next(g for g in m.groups() if g)])
+        if not lines:
+            return None
+        return lines, {k: v for k, v in {"kind": _joined(kinds), "mode": _joined(modes), "mask": _joined(masks)}.items()
+                       if v}
+
+
+def _has_shared(s: Scan) -> bool:
+    return any("__shared__" in line for line in s.code_lines)
+
+
+def _xor_mask(x) -> str | None:
+    """The mask when one operand of the XOR (or the XOR itself) is masked: `c ^ (r & 7)`, `(c ^ r) % 8`."""
+    def masked(n):
+        n = strip(n)
+        while n is not None and n.type == "binary_expression" and \
+                n.child_by_field_name("operator").type in (">>", "<<"):
+            n = strip(n.child_by_field_name("left"))  # `(off & 0x380) >> 3`
+        if n is None or n.type != "binary_expression" or n.child_by_field_name("operator").type not in ("&", "%"):
+            return None
+        for side in (n.child_by_field_name("right"), n.child_by_field_name("left")):
+            side = strip(side)
+            if side is not None and side.type in ("number_literal", "identifier"):
+                text = side.text.decode()
+                try:  # a parity bit (`& 1`, `% 2`) is no swizzle
+                    if int(text.rstrip("uUlL"), 0) < 3:
+                        return None
+                except ValueError:
+                    pass
+                return text
+        return None
+    found = masked(x.child_by_field_name("left")) or masked(x.child_by_field_name("right"))
+    if found:
+        return found
+    p = x.parent
+    while p is not None and p.type == "parenthesized_expression":
+        p = p.parent
+    return masked(p) if p is not None else None
+
+
+def _index_use(s: Scan, fn, x) -> bool:
+    """The XOR feeds an index: a subscript, a variable later used as an index or offset, or the value a
+    swizzle / offset helper returns."""
+    for a in ancestors(x):
+        if a.type == "subscript_argument_list":
+            return True
+        if a.type == "return_statement":
+            return bool(re.search(r"(?i)swiz|swz|offset|addr|idx|index|chunk", fn.name)) or _called_as_index(s, fn.name)
+        if a.type in ("init_declarator", "assignment_expression"):
+            target = a.child_by_field_name("declarator" if a.type == "init_declarator" else "left")
+            ty = a.parent.child_by_field_name("type") if a.type == "init_declarator" and a.parent is not None else None
+            if ty is not None and ty.text.decode() in ("bool", "float", "double"):
+                return False  # a flag or a value, not an index
+            v = base_name(target)
+            return v is not None and _used_as_index(fn.node, v, a)
+        if a.type.endswith("_statement") or a.type == "declaration":
+            return False
+    return False
+
+
+def _used_as_index(root, v: str, skip) -> bool:
+    for n in walk(root):
+        if n.type != "identifier" or n.text.decode() != v or _within(n, skip):
+            continue
+        for a in ancestors(n):
+            if a.type == "subscript_argument_list":
+                return True
+            if a.type == "binary_expression" and a.child_by_field_name("operator").type == "+":
+                return True
+            if a.type in ("gnu_asm_input_operand", "gnu_asm_output_operand"):
+                return True
+            if a.type.endswith("_statement") or a.type == "declaration":
+                break
+    return False
+
+
+def _called_as_index(s: Scan, name: str) -> bool:
+    for f in s.fns:
+        for n in walk(f.node):
+            if n.type == "call_expression" and callee_name(n) == name:
+                for a in ancestors(n):
+                    if a.type == "subscript_argument_list" or (a.type == "binary_expression"
+                                                                and a.child_by_field_name("operator").type == "+"):
+                        return True
+                    if a.type.endswith("_statement") or a.type == "declaration":
+                        break
+    return False
+
+
+# ---- register tiling -------------------------------------------------------------------------
+
+
+class RegisterTiling(_Structural):
+    NAME = "register_tiling"
+    DESCRIPTION = ("register tiling: each thread accumulates a 2-D tile of outputs in a register array "
+                   "(acc[TM][TN] updated by outer-product FMAs in unrolled loops, or an array of MMA accumulator "
+                   "fragments acc[MI][NI][4])")
+    ANCHOR = "register accumulator tile"
+    PRECONDITIONS = {
+        "storage": [{"condition": "the accumulator tile and its operand fragments fit the per-thread register "
+                                  "budget (255 registers; fewer at the occupancy the launch bounds ask for)",
+                     "fails_without": "spills to local memory, or fewer resident warps per SM"}],
+        "pipeline": [{"condition": "the loops over the tile are fully unrolled, so every index into the "
+                                   "accumulator array is a compile-time constant",
+                      "fails_without": "the array moves to local memory (stack frame, LDL/STL): slower"}],
+        "layout": [{"condition": "the block's output extent is a multiple of the per-thread tile times the "
+                                 "threads, or the edges are guarded",
+                    "fails_without": "stores past the matrix edge, or outputs never written"}],
+    }
+
+    def evidence(self, s, fn):
+        tiles = _register_tiles(s, fn)
+        if not tiles:
+            return None
+        lines = set().union(*[t["lines"] for t in tiles.values()])
+        info = {"arrays": ",".join(tiles), "tile": ",".join(t["tile"] for t in tiles.values()),
+                "accumulate": _joined(t["how"] for t in tiles.values())}
+        dtypes = {t["dtype"] for t in tiles.values() if t["dtype"]}
+        if dtypes:
+            info["dtype"] = _joined(dtypes)
+        return lines, info
+
+
+_SIMPLE_TYPES = {"float", "double", "half", "__half", "half2", "__half2", "__nv_bfloat16", "__nv_bfloat162", "int",
+                 "float2", "float4"}
+
+
+def _declarator_array(d):
+    """(name, extents outer first) of an array declarator, through references / parentheses."""
+    dims = []
+    while d is not None:
+        if d.type == "array_declarator":
+            size = d.child_by_field_name("size")
+            dims.append(size)
+            d = d.child_by_field_name("declarator")
+        elif d.type in ("parenthesized_declarator", "reference_declarator", "init_declarator"):
+            d = d.child_by_field_name("declarator") or (d.named_children[0] if d.named_children else None)
+        elif d.type == "identifier":
+            return d.text.decode(), list(reversed(dims))
+        else:
+            return None, []
+    return None, []
+
+
+def _arrays(s: Scan, fn) -> dict[str, dict]:
+    """Register-resident arrays of a function: non-shared, non-static local arrays and array parameters."""
+    out = {}
+    decls = [n for n in walk(fn.node) if n.type in ("declaration", "parameter_declaration")]
+    for d in decls:
+        words = {c.text.decode() for c in d.children if c.type in ("type_qualifier", "storage_class_specifier")}
+        if words & {"__shared__", "static", "extern", "__constant__", "constexpr"} or \
+                (d.type == "declaration" and "const" in words):
+            continue
+        ty = d.child_by_field_name("type")
+        tname = squash(s.tree.text_of(ty)) if ty is not None else ""
+        for decl in d.children_by_field_name("declarator"):
+            name, dims = _declarator_array(decl)
+            if name and dims:
+                out[name] = {"dims": dims, "line": d.start_point.row + 1, "type": tname}
+    return out
+
+
+def _acc_params(s: Scan, name: str, depth: int = 0) -> set[int]:
+    """Indices of the parameters of in-file function `name` that it accumulates into (asm "+f"/"+r"
+    operands, or register tiles it accumulates)."""
+    key = ("acc_params", name)
+    if key not in s.memo:
+        s.memo[key] = set()  # a recursive call sees no accumulator parameters
+        s.memo[key] = _find_acc_params(s, name, depth)
+    return s.memo[key]
+
+
+def _find_acc_params(s: Scan, name: str, depth: int) -> set[int]:
+    out = set()
+    for f in s.by_name.get(name, []):
+        params = _param_names(f)
+        rw = {base_name(n.named_children[-1]) for n in walk(f.node) if n.type == "gnu_asm_output_operand"
+              and "+" in (n.child_by_field_name("constraint") or n).text.decode()[:3] and n.named_children}
+        out |= {i for i, p in enumerate(params) if p in rw}
+        if depth < 3:
+            acc = _accumulated(s, f, depth + 1)
+            out |= {i for i, p in enumerate(params) if p in acc}
+    return out
+
+
+def _param_names(f) -> list[str]:
+    decl = f.node.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    params = decl.child_by_field_name("parameters") if decl is not None else None
+    out = []
+    for p in params.named_children if params is not None else []:
+        d = p.child_by_field_name("declarator")
+        ids = [n for n in walk(d) if n.type == "identifier"] if d is not None else []
+        out.append(ids[0].text.decode() if ids else "")
+    return out
+
+
+def _accumulated(s: Scan, fn, depth: int = 0) -> dict[str, tuple[str, set[int]]]:
+    """Arrays of `fn` that something accumulates into: name -> (how, lines)."""
+    arrays = _arrays(s, fn)
+    out: dict[str, tuple[str, set[int]]] = {}
+
+    def add(name, how, line):
+        h, ls = out.get(name, (how, set()))
+        out[name] = ("mma" if "mma" in (h, how) else how, ls | {line})
+
+    loops = s.loops(fn)
+    for l, op, r, st in assignments(fn.node):
+        name, line = base_name(l), st.start_point.row + 1
+        if name not in arrays or not s.live(line):
+            continue
+        fma = (op in ("+=", "-=") and (_has_product(r) or any(_is_call(c, _FMA_FNS) for c in walk(r)))) or \
+            (op == "=" and _is_call(r, _FMA_FNS) and name in identifiers(call_args(strip(r))[-1])) or \
+            (op == "=" and _self_plus_product(r, name))
+        if not fma:
+            continue
+        dims = len(arrays[name]["dims"])
+        loop_vars = {lp.var for lp in loops if lp.var and lp.body.start_byte <= st.start_byte
+                     and st.end_byte <= lp.body.end_byte}
+        idx = subscripts(l)
+        used = set().union(*[identifiers(i) for i in idx]) & loop_vars if idx else set()
+        flat = dims == 1 and "*" in s.tree.text_of(arrays[name]["dims"][0] or l) and idx and "*" in idx[0].text.decode()
+        if len(used) >= 2 and (dims >= 2 or flat):
+            add(name, "fma", line)
+    for n in walk(fn.node):
+        if n.type != "call_expression" or not s.live(n.start_point.row + 1):
+            continue
+        callee, args = callee_name(n), call_args(n)
+        wmma = qualified_callee(n).endswith("mma_sync") and callee == "mma_sync"
+        acc_idx = {0} if wmma else _acc_params(s, callee, depth) if callee in s.by_name and depth < 4 else set()
+        for i in acc_idx:
+            if i < len(args) and base_name(args[i]) in arrays:
+                add(base_name(args[i]), "mma", n.start_point.row + 1)
+    for n in walk(fn.node):
+        if n.type == "gnu_asm_output_operand" and n.named_children and s.live(n.start_point.row + 1):
+            c = n.child_by_field_name("constraint")
+            name = base_name(n.named_children[-1])
+            if c is not None and "+" in c.text.decode() and name in arrays and fn.own & MMA_CATEGORIES:
+                add(name, "mma", n.start_point.row + 1)
+    return out
+
+
+def _register_tiles(s: Scan, fn) -> dict[str, dict]:
+    arrays = _arrays(s, fn)
+    out = {}
+    for name, (how, lines) in _accumulated(s, fn).items():
+        a = arrays[name]
+        if len(a["dims"]) < 2 and how == "mma":
+            continue
+        dims = []
+        for d in a["dims"]:
+            text = squash(s.tree.text_of(d)) if d is not None else "?"
+            v = s.value(text)
+            dims.append(str(v) if v is not None else text)
+        base = a["type"].split("<")[0].split("::")[-1]
+        out[name] = {"tile": "x".join(dims), "how": how, "lines": lines | {a["line"]},
+                     "dtype": a["type"] if a["type"] in _SIMPLE_TYPES else ("fragment" if base == "fragment" else "")}
+    return out
+
+
+def _has_product(node) -> bool:
+    return any(b.type == "binary_expression" and b.child_by_field_name("operator").type == "*" for b in walk(node))
+
+
+def _self_plus_product(r, name: str) -> bool:
+    r = strip(r)
+    if r is None or r.type != "binary_expression" or r.child_by_field_name("operator").type != "+":
+        return False
+    x, y = r.child_by_field_name("left"), r.child_by_field_name("right")
+    return (base_name(x) == name and _has_product(y)) or (base_name(y) == name and _has_product(x))
 
 
 class ThreadBlockCluster(_Signature):

@@ -20,6 +20,14 @@ call back into the vector access (the exact original text with the configuration
 on natural code that calls the helpers) and deletes the helper once nothing calls it. Turning
 hand-written per-component scalar code into a vector access is not mechanical (alignment and
 contiguity cannot be read off the text) and is not attempted.
+
+On natural code with no helper call (and no locus or helper configuration to restore), reoptimize
+vectorizes a one-element-per-thread kernel (`klineage.mechanisms.elementwise`): each thread takes a
+16-byte vector of every pointer accessed at the flat index, read and written through
+`reinterpret_cast` to `float4` / `uint4` (8 bf16 or fp16 packed) / `int4` / `double2`, the body
+applied per lane, a scalar path for the count's tail and for base pointers that are not 16-byte
+aligned, and the host grid divided by the lane count. The per-thread count it introduces is 1
+(coarsening off); the coarsening family raises it.
 """
 from __future__ import annotations
 
@@ -416,6 +424,13 @@ class VectorAccess(Mechanism):
         config = config or {}
         calls = [c for c in _helper_calls(k) if c[4] is not None and k.live(c[0])]
         if not calls:
+            if locus is None and not config.get("call"):
+                # natural code with nothing to restore: a one-element-per-thread kernel is vectorized
+                from klineage.mechanisms.elementwise import vectorize
+                got = vectorize(k)
+                if got.ok:
+                    return got
+                return NotApplicable(f"no kl_scalar_* helper call to turn back into a vector access, and {got.reason}")
             return NotApplicable("no kl_scalar_* helper call to turn back into a vector access")
 
         def natural_locus(c):

@@ -1,8 +1,9 @@
 """tree-sitter CUDA syntax trees, `.scm` queries kept as package data, and byte-range edits.
 
 Hopper-era attributes that tree-sitter-cuda 0.21 does not know (`__cluster_dims__(...)`,
-`__align__(n)`) are blanked with spaces of the same length before parsing, so byte offsets and
-line numbers of the tree are those of the original text and no ERROR node comes from them.
+`__align__(n)` with any argument, `__maxnreg__(n)`, the third argument of `__launch_bounds__`)
+are blanked with spaces of the same length before parsing, so byte offsets and line numbers of the
+tree are those of the original text and no ERROR node comes from them.
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import tree_sitter_cuda as tscuda
 
 from klineage.errors import KLineageError
 
-_BLANKED = re.compile(rb"__cluster_dims__\s*\([^()]*\)|__align__\s*\(\s*\w+\s*\)")
+_ARG = rb"(?:[^(),]|\((?:[^()]|\([^()]*\))*\))+"  # one macro argument, parentheses nested two deep
+_BLANKED = re.compile(rb"(?:__cluster_dims__|__align__|__maxnreg__)\s*\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)")
+_LAUNCH_BOUNDS_3 = re.compile(rb"__launch_bounds__\s*\(" + _ARG + rb"," + _ARG + rb"(," + _ARG + rb")\)")
 
 
 class ParseError(KLineageError):
@@ -47,8 +50,14 @@ def load_query(name: str) -> ts.Query:
         raise ParseError(f"query {name}.scm does not compile against tree-sitter-cuda: {e}") from e
 
 
+def _blank(text: bytes) -> bytes:
+    return re.sub(rb"[^\n]", b" ", text)
+
+
 def _normalise(data: bytes) -> bytes:
-    return _BLANKED.sub(lambda m: re.sub(rb"[^\n]", b" ", m.group(0)), data)
+    data = _BLANKED.sub(lambda m: _blank(m.group(0)), data)
+    return _LAUNCH_BOUNDS_3.sub(lambda m: m.group(0)[:m.start(1) - m.start()] + _blank(m.group(1))
+                                + m.group(0)[m.end(1) - m.start():], data)
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,9 @@ def test_a_failing_candidate_is_recorded_and_feeds_back(lib):
     sw = load_workload(SWIGLU)
     start = (SWIGLU / "naive.cu").read_text()
     gate = FlagAwareGate(store=lib)
-    gate.verdict = lambda src: Status.INCORRECT if "__restrict__" in src else Status.PASSED
+    # the vectorized access (the first rules rewrite on swiglu's flat naive kernel) and __restrict__ fail
+    gate.verdict = lambda src: (Status.INCORRECT if "__restrict__" in src or "reinterpret_cast<const uint4*>" in src
+                                else Status.PASSED)
     run = apply(lib, gate, sw, start, "naive.cu", ApplyConfig(admission=False, budget_steps=6))
     bad = [s for s in run["steps"] if s["status"] == "INCORRECT"]
     assert bad and all(not s["accepted"] and s["feedback"].startswith("INCORRECT") for s in bad)

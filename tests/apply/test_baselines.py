@@ -94,6 +94,24 @@ def test_adaexplore_rules_enter_the_prompt_at_score_three(env):
     assert [s.get("action") for s in run["steps"][1:]] == ["edit", "rewrite", "edit", "rewrite"]
 
 
+def test_a_kernel_without_a_record_is_a_step_and_apply_list_reads_the_run(env):
+    server, store = env
+    for text in (fenced(k("fast1")), fenced(k("unrecorded")), fenced(k("fast2"))):
+        server.script.append(anthropic_reply(text))
+    gate = _gate()
+    gate.missing = lambda src: "// unrecorded" in src  # a replay with no record of this kernel
+    run = run_baseline("none", store, gate, load_workload(GELU), START, "naive.cu", _llm(server), max_iters=3)
+    assert [s["status"] for s in run["steps"]] == ["PASSED", "PASSED", "NOT_REPLAYED", "PASSED"]
+    assert run["summary"]["missing"] == [run["steps"][2]["kernel_hash"]]
+    assert run["summary"]["kept"] == [f"step {s['seq']} {s['kernel_hash'][:12]}" for s in run["steps"] if s["seq"] in (1, 3)]
+    assert run["summary"]["calls"] == 3
+    path = store.path
+    store.close()
+    r = CliRunner().invoke(main, ["apply", "list", "--db", str(path)])
+    assert r.exit_code == 0, r.output
+    assert f"{run['run_id']}  gelu" in r.output and "kept 2" in r.output
+
+
 def test_budget_stops_a_baseline_before_sending(env):
     server, store = env
     run = run_baseline("none", store, _gate(), load_workload(GELU), START, "naive.cu", _llm(server, budget=0.0001))

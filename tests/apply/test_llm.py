@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import asdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import anthropic
 import pytest
@@ -15,6 +13,7 @@ from klineage.apply.llm import (PRICES, AnthropicBackend, BudgetExhausted, LLMEr
                                 MissingKeyError, OpenAICompatBackend, ParseError, Usage,
                                 build_anthropic_request, build_prompt, estimate_cost, parse_kernel,
                                 prompt_hash)
+from klineage.apply.scripted_server import ScriptedServer as Server, anthropic_reply, error_reply, openai_reply
 
 httpx = llm.httpx  # httpx, or the SDK's httpx2 fork where that is what is installed
 
@@ -33,69 +32,11 @@ FEEDBACK = "COMPILE_ERROR: kernel.cu(3): error: identifier \"float5\" is undefin
 
 # ---------------------------------------------------------------- scripted server
 
-class Server:
-    """Serves scripted (status, body, headers) replies in order; records every request."""
-
-    def __init__(self):
-        self.script: list[tuple[int, dict, dict]] = []
-        self.requests: list[dict] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
-                outer.requests.append({"path": self.path, "headers": dict(self.headers),
-                                       "body": json.loads(raw)})
-                status, body, headers = outer.script.pop(0) if outer.script else (
-                    500, {"type": "error", "error": {"type": "api_error", "message": "script empty"}}, {})
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
 def server():
     s = Server()
     yield s
     s.close()
-
-
-def anthropic_reply(text, input_tokens=1000, output_tokens=500, cache_write=0, cache_read=0):
-    return (200, {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-                  "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-                  "stop_sequence": None,
-                  "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                            "cache_creation_input_tokens": cache_write,
-                            "cache_read_input_tokens": cache_read}}, {})
-
-
-def openai_reply(text, prompt_tokens=1000, completion_tokens=500, cached=0):
-    return (200, {"id": "chatcmpl-1", "object": "chat.completion",
-                  "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                               "finish_reason": "stop"}],
-                  "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                            "prompt_tokens_details": {"cached_tokens": cached}}}, {})
-
-
-def error_reply(status, kind, headers=None):
-    return (status, {"type": "error", "error": {"type": kind, "message": f"{kind} (scripted)"}}, headers or {})
 
 
 class FakeSleep:

@@ -8,8 +8,10 @@ from click.testing import CliRunner
 
 from klineage.cli import main
 
+from tests.shipped import shipped_workload_dirs
+
 ROOT = Path(__file__).resolve().parents[2]
-EXPERTS = sorted(str(p) for p in (ROOT / "expert_kernels").glob("*/*.cu"))
+EXPERTS = sorted(str(p) for d in shipped_workload_dirs() for p in d.glob("*.cu"))
 
 
 @pytest.fixture

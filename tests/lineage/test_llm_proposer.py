@@ -110,6 +110,27 @@ def test_the_budget_stops_the_walk(server):
     assert lin["termination"] == "budget" and "budget" in lin["budget"] and not server.requests
 
 
+def test_a_done_answer_ends_the_asking_on_that_kernel(server):
+    done = '```json\n{"done": true, "reason": "nothing left"}\n```'
+    lin, prop, _ = _walk(server, [done, answer(ONE_LESS), forward(RICH)])
+    assert not lin["transitions"] and not lin["rejections"] and lin["termination"] == "no_proposal"
+    assert len(server.requests) == 1 and [e["verdict"] for e in prop.log] == ["done"]
+    assert "done" in server.requests[0]["body"]["system"][0]["text"]  # the prompt says how to answer it
+
+
+def test_declared_features_must_be_one_removal():
+    with pytest.raises(LLMProposalError, match="does not list the mechanism"):
+        parse_proposal(answer(ONE_LESS, features_before=["coarsening"]))
+    with pytest.raises(LLMProposalError, match=r"added \['vector_access'\]"):
+        parse_proposal(answer(ONE_LESS, features_after=["coarsening", "vector_access"]))
+    with pytest.raises(LLMProposalError, match=r"also removed \['coarsening'\]"):
+        parse_proposal(answer(ONE_LESS, features_after=[]))
+    with pytest.raises(LLMProposalError, match="done answer"):
+        parse_proposal('```json\n{"done": true, "reason": "x", "kernel": ""}\n```')
+    assert parse_proposal(answer(ONE_LESS, features_after=["coarsening", "unroll"]))["mechanism"] == "unroll"
+    assert parse_proposal('```json\n{"done": true, "reason": "x"}\n```') == {"done": True, "reason": "x"}
+
+
 def test_parse_and_citation_checks():
     with pytest.raises(LLMProposalError):
         parse_proposal(answer(ONE_LESS) + answer(ONE_LESS))  # two blocks

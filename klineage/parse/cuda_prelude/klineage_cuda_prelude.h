@@ -16,6 +16,7 @@
 #define __align__(n) __attribute__((aligned(n)))
 #define __cluster_dims__(...)
 #define __grid_constant__
+#define __maxnreg__(n)
 #define CUDART_INF_F __builtin_huge_valf()
 #define CUDART_INF __builtin_huge_val()
 #define INFINITY __builtin_huge_valf()
@@ -100,6 +101,13 @@ cudaError_t cudaMemcpyAsync(void*, const void*, size_t, int, cudaStream_t = 0);
 template <class T> cudaError_t cudaFuncSetAttribute(T*, cudaFuncAttribute, int);
 template <class... A, class... B> cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t*, void (*)(A...), B...);
 template <class T> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int*, T, int, size_t);
+enum cudaDriverEntryPointQueryResult { cudaDriverEntryPointSuccess = 0, cudaDriverEntryPointSymbolNotFound = 1,
+                                       cudaDriverEntryPointVersionNotSufficent = 2 };
+enum { cudaEnableDefault = 0, cudaEnableLegacyStream = 1, cudaEnablePerThreadDefaultStream = 2 };
+cudaError_t cudaGetDriverEntryPoint(const char*, void**, unsigned long long,
+                                    cudaDriverEntryPointQueryResult* = 0);
+cudaError_t cudaGetDriverEntryPointByVersion(const char*, void**, unsigned int, unsigned long long,
+                                             cudaDriverEntryPointQueryResult* = 0);
 
 // ---- synchronisation, warp intrinsics ----
 __device__ void __syncthreads(void);
