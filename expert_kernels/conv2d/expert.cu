@@ -5,7 +5,8 @@
 // shared memory through descriptors, two warpgroups of 64 pixels x 128 filters; an im2col gather
 // with cp.async, 16 bytes (8 channels of one pixel) per copy, zero-filled in the padding, into a
 // ring of CONV_STAGES stages with the 128-byte XOR swizzle the descriptors expect; one barrier per
-// k-tile. The fast path needs C % 8 == 0 and 16-byte aligned x and weight; other calls take the
+// k-tile; each thread decodes its pixels once (the taps only shift them); blocks of 64 pixels per
+// warpgroup, CONV_MIN_BLOCKS resident per SM. The fast path needs C % 8 == 0 and 16-byte aligned x and weight; other calls take the
 // register-tiled fallback kernel.
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -61,27 +62,9 @@ __device__ __forceinline__ void store_pair(__half* out, int M, int N, int r, int
 __device__ __forceinline__ uint32_t swizzle128(int r, int c) { return r * 128 + ((c ^ (r & 7)) * 16); }
 #define CHUNK(r, c) swizzle128(r, c)
 
-// One k-tile of the implicit GEMM: tap (r, s) = (kt / cchunks) and 64 channels from c0. The x tile
-// is a gather: row m is 64 channels of input pixel (n, oh + r - 1, ow + s - 1), 8 chunks of 16
-// bytes, zeros in the padding, past the last pixel and past C. The weight tile is 128 filters x
-// the same 64 k. Needs C % 8 == 0 and 16-byte aligned bases.
 struct ConvDims {
     int M, H, W, C, F, K, cchunks;
 };
-
-__device__ __forceinline__ const __half* x_chunk(const __half* x, const ConvDims& d, int m, int tap, int c, bool& in) {
-    in = m < d.M && c < d.C;
-    if (!in) return x;
-    const int ow = m % d.W, oh = (m / d.W) % d.H, n = m / (d.W * d.H);
-    const int ih = oh + tap / 3 - 1, iw = ow + tap % 3 - 1;
-    in = ih >= 0 && ih < d.H && iw >= 0 && iw < d.W;
-    return in ? x + (((long long)n * d.H + ih) * d.W + iw) * d.C + c : x;
-}
-
-__device__ __forceinline__ const __half* w_chunk(const __half* w, const ConvDims& d, int f, int tap, int c, bool& in) {
-    in = f < d.F && c < d.C;
-    return in ? w + (long long)f * d.K + tap * d.C + c : w;
-}
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool in) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(smem_addr(dst)), "l"(src), "r"(in ? 16 : 0)
@@ -91,21 +74,47 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 
-// The same tiles with cp.async (zero-filled where `in` is false: source size 0).
-__device__ __forceinline__ void load_tiles_async(uint8_t* sa, uint8_t* sb, const __half* x, const __half* w,
-                                                 const ConvDims& d, int m0, int n0, int kt) {
-    const int tap = kt / d.cchunks, c0 = (kt % d.cchunks) * CONV_BK;
-    for (int i = threadIdx.x; i < CONV_BM * 8; i += kThreads) {
-        const int r = i / 8, ch = i % 8;
-        bool in;
-        const __half* src = x_chunk(x, d, m0 + r, tap, c0 + ch * 8, in);
-        cp_async16(sa + CHUNK(r, ch), src, in);
+constexpr int kRowsA = CONV_BM * 8 / kThreads;  // x rows (16-byte chunks) a thread copies per k-tile
+constexpr int kRowsB = CONV_BN * 8 / kThreads;  // weight rows
+
+// What a thread needs of its x rows for every tap, decoded once: pixel index and (oh, ow). A thread
+// always copies chunk (threadIdx.x % 8) of rows threadIdx.x / 8 + j * (kThreads / 8).
+struct RowCache {
+    int m[kRowsA], oh[kRowsA], ow[kRowsA];
+};
+
+__device__ __forceinline__ void decode_rows(RowCache& rc, const ConvDims& d, int m0) {
+#pragma unroll
+    for (int j = 0; j < kRowsA; ++j) {
+        const int m = m0 + threadIdx.x / 8 + j * (kThreads / 8);
+        rc.m[j] = m < d.M ? m : -1;
+        rc.ow[j] = m % d.W;
+        rc.oh[j] = (m / d.W) % d.H;
     }
-    for (int i = threadIdx.x; i < CONV_BN * 8; i += kThreads) {
-        const int r = i / 8, ch = i % 8;
-        bool in;
-        const __half* src = w_chunk(w, d, n0 + r, tap, c0 + ch * 8, in);
-        cp_async16(sb + CHUNK(r, ch), src, in);
+}
+
+// One k-tile (tap kt / cchunks, 64 channels from c0) of both operands into a stage, with cp.async;
+// zero-filled in the padding, past the last pixel, filter and channel.
+__device__ __forceinline__ void load_stage(uint8_t* sa, uint8_t* sb, const __half* x, const __half* w, const ConvDims& d,
+                                           const RowCache& rc, int n0, int kt) {
+    const int tap = kt / d.cchunks, c = (kt % d.cchunks) * CONV_BK + (threadIdx.x % 8) * 8;
+    const int dr = tap / 3 - 1, ds = tap % 3 - 1;
+    const bool cin = c < d.C;
+#pragma unroll
+    for (int j = 0; j < kRowsA; ++j) {
+        const int r = threadIdx.x / 8 + j * (kThreads / 8);
+        const int ih = rc.oh[j] + dr, iw = rc.ow[j] + ds;
+        const bool in = cin && rc.m[j] >= 0 && ih >= 0 && ih < d.H && iw >= 0 && iw < d.W;
+        const __half* src = in ? x + ((long long)rc.m[j] + dr * d.W + ds) * d.C + c : x;
+        cp_async16(sa + CHUNK(r, threadIdx.x % 8), src, in);
+    }
+#pragma unroll
+    for (int j = 0; j < kRowsB; ++j) {
+        const int r = threadIdx.x / 8 + j * (kThreads / 8);
+        const int f = n0 + r;
+        const bool in = cin && f < d.F;
+        const __half* src = in ? w + (long long)f * d.K + tap * d.C + c : w;
+        cp_async16(sb + CHUNK(r, threadIdx.x % 8), src, in);
     }
 }
 // wgmma matrix descriptor of a K-major tile with 128-byte swizzle: rows of 64 fp16 (128 bytes),
@@ -159,13 +168,15 @@ conv2d_wgmma_kernel(const __half* __restrict__ x, const __half* __restrict__ w, 
     const int c = threadIdx.x / 128;  // warpgroup: 64 pixels x 128 filters each
     const int tid = threadIdx.x % 128;
     const int ktiles = 9 * d.cchunks;
+    RowCache rc;
+    decode_rows(rc, d, m0);
     float acc[CONV_BN / 2];
 #pragma unroll
     for (int i = 0; i < CONV_BN / 2; ++i) acc[i] = 0.0f;
     fence_regs(acc);
 #pragma unroll
     for (int s = 0; s < CONV_STAGES - 1; ++s) {
-        if (s < ktiles) load_tiles_async(smem + s * kStageBytes, smem + s * kStageBytes + kTileA * 2, x, w, d, m0, n0, s);
+        if (s < ktiles) load_stage(smem + s * kStageBytes, smem + s * kStageBytes + kTileA * 2, x, w, d, rc, n0, s);
         cp_async_commit();
     }
     for (int kt = 0; kt < ktiles; ++kt) {
@@ -176,7 +187,7 @@ conv2d_wgmma_kernel(const __half* __restrict__ x, const __half* __restrict__ w, 
         const int next = kt + CONV_STAGES - 1;
         if (next < ktiles) {
             uint8_t* st = smem + (next % CONV_STAGES) * kStageBytes;
-            load_tiles_async(st, st + kTileA * 2, x, w, d, m0, n0, next);
+            load_stage(st, st + kTileA * 2, x, w, d, rc, n0, next);
         }
         cp_async_commit();
         const __half* a = reinterpret_cast<const __half*>(smem + (kt % CONV_STAGES) * kStageBytes) + c * 64 * CONV_BK;
