@@ -59,8 +59,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from klineage.apply.materialize import bake, tunables  # noqa: E402  (the sweep's own reading of tuning constants)
+
 HEADER = re.compile(r"^//\s*(pitfall|fault|expect|dynamic|why):\s*(.+)$", re.M)
-TUNABLE = re.compile(r"#ifndef (\w+)\s*\n\s*#define \1 (\d+)\b[^\n]*\n\s*#endif")
 ENTRY = re.compile(r'extern\s+"C"[^;{]*\)\s*\{')
 LAUNCH = re.compile(r"^[ \t]*[\w:]+(?:<[^<>;]*>)?\s*<<<[^;]*;", re.M)
 SHORT_TIMING = {"warmup": 2, "reps": 5, "trials": 2, "floor_factor": 0.9}
@@ -84,19 +85,6 @@ class Cand:
 
 def header(text: str) -> dict:
     return {k: v.strip() for k, v in HEADER.findall(text)}
-
-
-def tunables(source: str) -> dict[str, int]:
-    return {m.group(1): int(m.group(2)) for m in TUNABLE.finditer(source)}
-
-
-def bake(source: str, values: dict[str, int]) -> str:
-    def sub(m):
-        name = m.group(1)
-        if name not in values:
-            return m.group(0)
-        return m.group(0).replace(f"#define {name} {m.group(2)}", f"#define {name} {values[name]}", 1)
-    return TUNABLE.sub(sub, source)
 
 
 def sweep(source: str) -> list[dict[str, int]]:
