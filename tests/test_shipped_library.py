@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from tests.shipped import shipped_workload_dirs
 from click.testing import CliRunner
 
 from klineage.cli import main
@@ -87,8 +89,8 @@ def test_replayed_lineages_are_the_ones_the_h200_run_stored(replayed):
 def test_every_corpus_lineage_ends_with_a_stated_reason():
     dump = _dump(SHIPPED)
     walked = {(l["workload_name"], l["proposer"]) for l in dump["lineages"]}
-    experts = {p.parent.name for p in (ROOT / "expert_kernels").glob("*/expert.cu")}
-    ladders = {p.parent.parent.name for p in (ROOT / "expert_kernels").glob("*/versions/ladder.toml")}
+    experts = {d.name for d in shipped_workload_dirs()}
+    ladders = {d.name for d in shipped_workload_dirs() if (d / "versions" / "ladder.toml").is_file()}
     assert walked == {(w, "rules") for w in experts} | {(w, "versions") for w in ladders}
     for l in dump["lineages"]:
         assert l["termination"] in TERMINATIONS
