@@ -1,4 +1,4 @@
-"""The static HTML report: index, one page per lineage and per skill, the held-out page.
+"""The static HTML report: index, one page per lineage and per skill, the held-out page, the apply runs.
 
 Everything is read through the Store; pages are jinja2 templates (``templates/*.j2``), charts are
 matplotlib SVG files under ``charts/``, code and diffs are highlighted by pygments. No script, no
@@ -6,7 +6,7 @@ external URL: the folder works offline, opened straight from disk.
 
 Layout of ``out_dir``::
 
-    index.html  heldout.html  style.css
+    index.html  heldout.html  apply.html  style.css
     lineage/<lineage_id>.html   skill/<skill_id>.html   charts/*.svg
 """
 from __future__ import annotations
@@ -208,6 +208,17 @@ def render_report(store, out_dir: Path) -> dict:
     out["heldout"] = site.page("heldout.j2", "heldout.html", table=HELDOUT_TABLE, present=heldout is not None,
                                families=families, title="Held-out evaluation")
 
+    runs = []
+    for r in store.apply_runs():
+        full = store.get_apply_run(r["run_id"]) or {**r, "steps": []}
+        summ = full.get("summary") or {}
+        kind = f"baseline {full['config']['method']}" if "method" in (full.get("config") or {}) else "apply"
+        runs.append({"run_id": full["run_id"], "workload": full["workload"], "kind": kind,
+                     "stop_reason": full.get("stop_reason"), "kept": summ.get("kept") or [],
+                     "spent_usd": summ.get("spent_usd"), "speedups": summ.get("speedup_vs_start") or [],
+                     "steps": full["steps"]})
+    out["apply"] = site.page("apply.j2", "apply.html", runs=runs, title="Apply and baseline runs")
+
     workloads = defaultdict(list)
     for lin in lineages:
         workloads[lin["workload_name"]].append({"lin": lin, "walk": walks[lin["lineage_id"]]})
@@ -215,4 +226,4 @@ def render_report(store, out_dir: Path) -> dict:
     out["index"] = site.page("index.j2", "index.html", workloads=dict(workloads), skills=rows,
                              n_steps=len(by_tid), median_all=median_all, title="KLineage report")
     return {"index": out["index"], "lineages": out["lineages"], "skills": out["skills"],
-            "heldout": out["heldout"], "charts": out["charts"]}
+            "heldout": out["heldout"], "apply": out["apply"], "charts": out["charts"]}

@@ -170,6 +170,33 @@ def test_heldout_results_charted_per_family(tmp_path):
     assert "softmax" in text and "layernorm" in text and "1.250x" in text  # 100 / 80
 
 
+def test_apply_and_baseline_runs_have_a_page(tmp_path):
+    store = open_store(tmp_path / "a.duckdb")
+    try:
+        store.put_apply_run({"run_id": "r1", "workload": "gelu", "start_hash": "s" * 64, "config": {"budget_steps": 4}})
+        store.put_apply_step("r1", {"seq": 0, "kind": "start", "backend": "start", "status": "PASSED", "accepted": True})
+        store.put_apply_step("r1", {"seq": 1, "kind": "candidate", "backend": "rules", "skill": "vector_access/global-store",
+                                    "status": "PASSED", "accepted": True})
+        store.put_apply_step("r1", {"seq": 2, "kind": "candidate", "backend": "sweep", "note": "sweep point {'B': 64}",
+                                    "status": "COMPILE_ERROR", "accepted": False})
+        store.put_apply_run({"run_id": "r1", "workload": "gelu", "start_hash": "s" * 64, "config": {"budget_steps": 4},
+                             "stop_reason": "budget_steps", "best_hash": "b" * 64,
+                             "summary": {"kept": ["vector_access/global-store"], "spent_usd": 0.0,
+                                         "speedup_vs_start": [{"shape": {"rows": 8}, "start_us": 600.0, "best_us": 150.0,
+                                                               "speedup": 4.0}]}})
+        store.put_apply_run({"run_id": "r2", "workload": "swiglu", "start_hash": "t" * 64,
+                             "config": {"method": "adaexplore"}, "stop_reason": "budget_usd"})
+        res = render_report(store, tmp_path / "site")
+    finally:
+        store.close()
+    pg = Page(res["apply"])
+    assert {"run-r1", "run-r2"} <= pg.ids and "no-apply" not in pg.ids
+    text = res["apply"].read_text()
+    assert "vector_access/global-store" in text and "COMPILE_ERROR" in text and "4.000x" in text
+    assert "baseline adaexplore" in text and "budget_usd" in text
+    assert "apply.html" in res["index"].read_text()  # reachable from the navigation
+
+
 # -- in a browser ------------------------------------------------------------------------------------
 
 def _chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess:
