@@ -48,7 +48,9 @@ def _digest(obj) -> str:
 
 
 def _shape_key(shape: dict) -> str:
-    return "x".join(str(v) for v in shape.values())
+    """Order-free: a stored record's shape comes back with its keys sorted (JSON through the store),
+    a live result's in the workload's order, and both must name the same case."""
+    return ",".join(f"{k}={shape[k]}" for k in sorted(shape))
 
 
 def compare_timing(richer: GateResult, simpler: GateResult) -> list[dict]:

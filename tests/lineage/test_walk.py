@@ -197,3 +197,18 @@ def test_versions_audit_takes_a_pipeline_with_its_stage_ring_as_one_step():
     assert not r["ok"] and "wgmma" in r["reason"]
     # nor does it make the companion alone count as the declared mechanism
     assert not audit_version(feats("tensor_core_mma", "multistage_buffer"), simple, "async_copy", known)["ok"]
+
+
+def test_compare_timing_matches_a_case_whatever_the_order_of_its_keys():
+    from klineage.gate.gate import GateResult, Status
+    from klineage.lineage.walk import compare_timing
+
+    def res(shape, us):
+        return GateResult(Status.PASSED, "k", "w", "e", "s", {},
+                          timing=[{"shape": shape, "latency_us": us, "trial_medians_us": [us, us, us]}])
+    live = res({"rows": 16384, "cols": 8192}, 100.0)   # the workload's key order
+    stored = res({"cols": 8192, "rows": 16384}, 200.0)  # a record read back from the store: keys sorted
+    cases = compare_timing(live, stored)
+    assert len(cases) == 1 and cases[0]["speedup"] == 2.0
+    # two different cases with the same values in another order are not confused
+    assert compare_timing(live, res({"rows": 8192, "cols": 16384}, 200.0)) == []
