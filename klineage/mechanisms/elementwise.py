@@ -476,6 +476,19 @@ def _phased(k, fn, name, index, itype, bound, region_nodes, accesses, ptr_params
                   (start, region_nodes[-1].end_byte), indent, renames)
 
 
+def _item_loop(I: str, c: str, count: str, etype: str, e: str, first: str, bound: str,
+               index: tuple[str, str] | None = None) -> list[str]:
+    """The head of a loop over a thread's `count` items: item `c` starts at element `e` = `first`,
+    the loop ends at the first item past `bound`, and `index` (type, name), when given, is bound to
+    `e` for the body."""
+    h = [f"{I}for (int {c} = 0; {c} < {count}; ++{c}) {{",
+         f"{I}    const {etype} {e} = {first};",
+         f"{I}    if ({e} >= {bound}) break;"]
+    if index is not None:
+        h.append(f"{I}    const {index[0]} {index[1]} = {e};")
+    return h
+
+
 def emit_phased(ph: Phased, count: str) -> str:
     """Coarsening of a load-then-store kernel: `count` block-strided items per thread, the
     declarations that load run for every item first (their values kept per item in registers),
@@ -495,12 +508,8 @@ def emit_phased(ph: Phased, count: str) -> str:
         return syntax.apply_edits(data[a:b].decode(), edits)
 
     def head():
-        h = [f"{I}for (int {c} = 0; {c} < {count}; ++{c}) {{",
-             f"{I}    const {etype} {e} = {base} + (long long){c} * blockDim.x;",
-             f"{I}    if ({e} >= {ph.bound}) break;"]
-        if not wide:
-            h.append(f"{I}    const {ph.index_type} {ph.index} = {e};")
-        return h
+        return _item_loop(I, c, count, etype, e, f"{base} + (long long){c} * blockDim.x", ph.bound,
+                          None if wide else (ph.index_type, ph.index))
     lines = ["{"]
     lines += _comment(I, f"coarsening: every thread takes {count} items (the work of {count} threads of the "
                          f"one-item kernel), block-strided (coalesced across the warp). What the items load is "
@@ -770,6 +779,7 @@ def emit(flat: Flat, vec: bool, count: str) -> str:
         V = flat.lanes
         aligned, e, k = nm("aligned"), nm("e"), nm("k")
         vt = ELEMENTS[flat.ptrs[0].elem][1]
+        vec_first = f"({base} + (long long){c} * blockDim.x) * {V}"  # the item's first element
         lines += _comment(I, f"vector_access: every thread takes {count} block-strided 16-byte vectors: {V} "
                              f"consecutive elements of each of {pnames}. A vector that lies wholly below {N} while "
                              f"every base pointer is 16-byte aligned is read and written as one {vt}; otherwise "
@@ -781,20 +791,16 @@ def emit(flat: Flat, vec: bool, count: str) -> str:
         ]
         lines += [f"{I}{p.elem} {arrs[p.name]}[{count}][{V}];" for p in flat.ptrs]
         if loaded:
-            lines += [f"{I}for (int {c} = 0; {c} < {count}; ++{c}) {{",
-                      f"{I}    const long long {e} = ({base} + (long long){c} * blockDim.x) * {V};",
-                      f"{I}    if ({e} >= {N}) break;",
-                      f"{I}    if ({aligned} && {e} + {V} <= {N}) {{"]
+            lines += _item_loop(I, c, count, "long long", e, vec_first, N)
+            lines.append(f"{I}    if ({aligned} && {e} + {V} <= {N}) {{")
             for p in loaded:
                 lines += _vec_load(p, arrs[p.name], c, e, I + "        ", nm)
             lines += [f"{I}    }} else {{",
                       f"{I}        for (int {k} = 0; {k} < {V} && {e} + {k} < {N}; ++{k}) {{"]
             lines += [f"{I}            {arrs[p.name]}[{c}][{k}] = {p.name}[{e} + {k}];" for p in loaded]
             lines += [f"{I}        }}", f"{I}    }}", f"{I}}}"]
-        lines += [f"{I}for (int {c} = 0; {c} < {count}; ++{c}) {{",
-                  f"{I}    const long long {e} = ({base} + (long long){c} * blockDim.x) * {V};",
-                  f"{I}    if ({e} >= {N}) break;",
-                  f"{I}    for (int {k} = 0; {k} < {V}; ++{k}) {{",
+        lines += _item_loop(I, c, count, "long long", e, vec_first, N)
+        lines += [f"{I}    for (int {k} = 0; {k} < {V}; ++{k}) {{",
                   f"{I}        if ({e} + {k} >= {N}) break;"]
         if flat.uses_index:
             lines.append(f"{I}        const {flat.index_type} {flat.index} = {e} + {k};")
@@ -820,12 +826,8 @@ def emit(flat: Flat, vec: bool, count: str) -> str:
         lines += [f"{I}{p.elem} {arrs[p.name]}[{count}];" for p in flat.ptrs]
 
         def head():
-            h = [f"{I}for (int {c} = 0; {c} < {count}; ++{c}) {{",
-                 f"{I}    const {etype} {e} = {base} + (long long){c} * blockDim.x;",
-                 f"{I}    if ({e} >= {N}) break;"]
-            if not wide:
-                h.append(f"{I}    const {flat.index_type} {i} = {e};")
-            return h
+            return _item_loop(I, c, count, etype, e, f"{base} + (long long){c} * blockDim.x", N,
+                              None if wide else (flat.index_type, i))
         if loaded:
             lines += head()
             lines += [f"{I}    {arrs[p.name]}[{c}] = {p.name}[{i}];" for p in loaded]
