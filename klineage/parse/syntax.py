@@ -18,8 +18,9 @@ import tree_sitter_cuda as tscuda
 
 from klineage.errors import KLineageError
 
-_ARG = rb"(?:[^(),]|\((?:[^()]|\([^()]*\))*\))+"  # one macro argument, parentheses nested two deep
-_BLANKED = re.compile(rb"(?:__cluster_dims__|__align__|__maxnreg__)\s*\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)")
+_PARENS = rb"\((?:[^()]|\([^()]*\))*\)"  # a parenthesised group, parentheses nested two deep
+_ARG = rb"(?:[^(),]|" + _PARENS + rb")+"  # one macro argument
+_BLANKED = re.compile(rb"(?:__cluster_dims__|__align__|__maxnreg__)\s*\((?:[^()]|" + _PARENS + rb")*\)")
 _LAUNCH_BOUNDS_3 = re.compile(rb"__launch_bounds__\s*\(" + _ARG + rb"," + _ARG + rb"(," + _ARG + rb")\)")
 
 
