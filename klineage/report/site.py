@@ -210,13 +210,11 @@ def render_report(store, out_dir: Path) -> dict:
 
     runs = []
     for r in store.apply_runs():
-        full = store.get_apply_run(r["run_id"]) or {**r, "steps": []}
-        summ = full.get("summary") or {}
-        kind = f"baseline {full['config']['method']}" if "method" in (full.get("config") or {}) else "apply"
-        runs.append({"run_id": full["run_id"], "workload": full["workload"], "kind": kind,
-                     "stop_reason": full.get("stop_reason"), "kept": summ.get("kept") or [],
-                     "spent_usd": summ.get("spent_usd"), "speedups": summ.get("speedup_vs_start") or [],
-                     "steps": full["steps"]})
+        summ = r["summary"] or {}
+        kind = f"baseline {r['config']['method']}" if "method" in r["config"] else "apply"
+        runs.append({"run_id": r["run_id"], "workload": r["workload"], "kind": kind, "stop_reason": r["stop_reason"],
+                     "kept": summ.get("kept") or [], "spent_usd": summ.get("spent_usd"),
+                     "speedups": summ.get("speedup_vs_start") or [], "steps": store.apply_steps(r["run_id"])})
     out["apply"] = site.page("apply.j2", "apply.html", runs=runs, title="Apply and baseline runs")
 
     workloads = defaultdict(list)

@@ -144,9 +144,13 @@ class ApplyMixin:
         if len(hits) != 1:
             return None
         run = hits[0]
-        run["steps"] = [json.loads(j) for (j,) in self._query(
-            "SELECT record_json FROM apply_steps WHERE run_id = ? ORDER BY seq", [run["run_id"]])]
+        run["steps"] = self.apply_steps(run["run_id"])
         return run
+
+    def apply_steps(self, run_id: str) -> list[dict]:
+        """The steps of one run (its full id), in order."""
+        return [json.loads(j) for (j,) in self._query(
+            "SELECT record_json FROM apply_steps WHERE run_id = ? ORDER BY seq", [run_id])]
 
 
 class PipelineRunsMixin:
