@@ -77,11 +77,11 @@ def independent_timers(so_path: str, workload, shape: dict, calls: int = 40) -> 
     import torch
     import triton.testing
     from torch.profiler import ProfilerActivity, profile
-    from klineage.gate.worker import Candidate, Device, _alloc_outputs, refresh_inputs, timed_call
+    from klineage.gate.worker import Candidate, Device, alloc_outputs, refresh_inputs, timed_call
     dev = Device()
     cand = Candidate(so_path, workload)
     buf = workload.make_inputs(shape, 7, device="cuda")
-    outs = _alloc_outputs(workload, shape)
+    outs = alloc_outputs(workload, shape)
     scal = workload.scalars(shape)
     stream = torch.cuda.current_stream()
     fn = lambda: cand.call({**buf, **outs}, scal, stream)

@@ -7,15 +7,15 @@ the workload's vendor reference.
                                     [--out DIR] [--reps 30] [--no-probes]
 
 This is the quick loop used while writing a kernel; the gate (`klineage gate`) stays the authority
-for recorded evidence. Timing: CUDA events around one call, an L2 flush (a write of 4x the L2 size)
-and rotated input sets before every call, median of `--reps` calls after warm-up; the vendor is timed
+for recorded evidence. Timing: the gate worker's own timed window (klineage.gate.worker.timed_call: an L2 flush
+reading 4x the L2 size, CUDA events around one call) over rotated input sets, median of `--reps`
+calls after warm-up; the vendor is timed
 the same way in the same process. Needs only torch and nvcc (no duckdb, tree-sitter or libclang), so
 it runs on the GPU machine without carried wheels.
 """
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import subprocess
@@ -46,68 +46,27 @@ def build(src: Path, defines: list[str], workdir: Path, tag: str) -> dict:
             "log": log[-3000:] if proc.returncode else ""}
 
 
-def _ctypes_args(wl):
-    types = []
-    for a in wl.args:
-        if a.kind == "ptr":
-            types.append(ctypes.c_void_p)
-        else:
-            types.append({"int": ctypes.c_int, "int64": ctypes.c_longlong, "float": ctypes.c_float}[a.kind])
-    return types + [ctypes.c_void_p]
-
-
-def _alloc(torch, dims, dtype, offset, fill=None):
-    """A tensor `offset` elements past a 256-byte aligned base, like the gate's worker."""
-    n = 1
-    for d in dims:
-        n *= d
-    es = torch.empty((), dtype=dtype).element_size()
-    pad = 256 // es + 64
-    base = torch.empty(n + pad, dtype=dtype, device="cuda")
-    start = ((-base.data_ptr()) % 256) // es + offset
-    t = base[start:start + n].view(*dims) if dims else base[start:start + 1]
-    if fill is not None:
-        t.copy_(fill)
-    return t
-
-
 class Runner:
+    """One built kernel driven the way the gate's worker drives it (klineage.gate.worker: the ABI
+    through Candidate, inputs and NaN-poisoned outputs at the shape's pointer offset), in this
+    process; time_call below times it in the worker's window."""
+
     def __init__(self, wl, so_path: str):
         import torch
+        from klineage.gate.worker import Candidate
         self.torch, self.wl = torch, wl
-        self.lib = ctypes.CDLL(so_path)
-        self.fn = getattr(self.lib, wl.entry)
-        self.fn.argtypes = _ctypes_args(wl)
-        self.fn.restype = ctypes.c_int
+        self.kernel = Candidate(so_path, wl)
 
     def prepare(self, shape, seed):
-        torch, wl = self.torch, self.wl
-        off = wl.pointer_offset(shape)
-        host = wl.make_inputs(shape, seed, device="cuda")
-        ins = {k: _alloc(torch, tuple(v.shape), v.dtype, off, v) for k, v in host.items()}
-        outs = {}
-        for name, (dims, dt) in wl.outputs(shape).items():
-            dtype = getattr(torch, dt)
-            if name in ins:
-                outs[name] = ins[name]
-            else:
-                outs[name] = _alloc(torch, tuple(dims), dtype, off)
-                if outs[name].is_floating_point():
-                    outs[name].fill_(float("nan"))
+        from klineage.gate.worker import alloc_outputs, place_inputs
+        ins = place_inputs(self.wl, shape, self.wl.make_inputs(shape, seed, device="cuda"))
+        outs = alloc_outputs(self.wl, shape)
+        outs.update({k: ins[k] for k in outs if k in ins})  # inout arguments are their input buffers
         return ins, outs
 
     def call(self, shape, ins, outs) -> int:
-        wl = self.wl
-        sc = wl.scalars(shape)
-        vals = []
-        for a in wl.args:
-            if a.kind == "ptr":
-                t = outs.get(a.name) if a.role in ("out", "inout") else ins[a.name]
-                vals.append(t.data_ptr())
-            else:
-                vals.append(sc[a.name])
-        vals.append(self.torch.cuda.current_stream().cuda_stream)
-        return int(self.fn(*vals))
+        tensors = {**ins, **outs}
+        return int(self.kernel.call(tensors, self.wl.scalars(shape), self.torch.cuda.current_stream()))
 
 
 def check(runner: Runner, shapes, seeds=(0, 1)) -> list[dict]:
@@ -120,12 +79,11 @@ def check(runner: Runner, shapes, seeds=(0, 1)) -> list[dict]:
             ins, outs = runner.prepare(shape, seed)
             ref_in = {k: v.clone() for k, v in ins.items()}
             rc = runner.call(shape, ins, outs)
-            err = torch.cuda.synchronize() or 0
+            torch.cuda.synchronize()
             if rc != 0:
                 ok, why = False, f"entry returned cudaError {rc}"
                 break
-            refs = wl.reference(ref_in, shape)
-            for name, ref in refs.items():
+            for name, ref in wl.reference(ref_in, shape).items():
                 c = compare(outs[name], ref, wl.tolerance)
                 if not c.ok:
                     ok, why = False, f"{name}: {c.reason}"
@@ -136,27 +94,19 @@ def check(runner: Runner, shapes, seeds=(0, 1)) -> list[dict]:
             if not ok:
                 break
         rows.append({"kind": kind, "shape": shape, "ok": ok, "why": why[:300]})
-        del err
     return rows
 
 
-def time_call(torch, fn, prepare, reps: int, warm: int = 5) -> dict:
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(4 * l2 // 4, dtype=torch.float32, device="cuda")
+def time_call(dev, fn, prepare, reps: int, warm: int = 5) -> dict:
+    """Median of `reps` calls of fn(*inputs) in the gate's timed window, over 3 rotated input sets."""
+    import torch
+    from klineage.gate.worker import timed_call
     sets = [prepare(i) for i in range(3)]
     for i in range(warm):
         fn(*sets[i % 3])
     torch.cuda.synchronize()
-    ts = []
-    for i in range(reps):
-        flush.fill_(float(i))
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn(*sets[i % 3])
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1000.0)
-    ts.sort()
+    stream = torch.cuda.current_stream()
+    ts = sorted(timed_call(dev, lambda i=i: fn(*sets[i % 3]), stream)[1] for i in range(reps))
     return {"median_us": ts[len(ts) // 2], "min_us": ts[0], "p90_us": ts[int(len(ts) * 0.9)]}
 
 
@@ -171,14 +121,16 @@ def main() -> int:
     ap.add_argument("--no-vendor", action="store_true")
     ns = ap.parse_args()
     import torch
+    from klineage.gate.worker import Device
     wl = load_workload(ns.workload)
+    dev = Device()
     variants = [("", [])] + [(v.split("=", 1)[0], v.split("=", 1)[1].split(",")) for v in ns.variant]
     work = Path(tempfile.mkdtemp(prefix="kdev"))
     jobs = [(k, name, defs) for k in ns.kernels for name, defs in variants]
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as ex:
         builds = list(ex.map(lambda j: build(j[0], j[2], work, f"{j[0].stem}{'.' + j[1] if j[1] else ''}"), jobs))
-    dev = torch.cuda.get_device_properties(0)
-    env = {"gpu": dev.name, "torch": torch.__version__, "cuda": torch.version.cuda, "sm": dev.multi_processor_count,
+    props = torch.cuda.get_device_properties(0)
+    env = {"gpu": props.name, "torch": torch.__version__, "cuda": torch.version.cuda, "sm": props.multi_processor_count,
            "nvcc": subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1],
            "driver": subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                     capture_output=True, text=True).stdout.strip()}
@@ -190,7 +142,8 @@ def main() -> int:
         for case in wl.benchmark_cases:
             def prep(i, case=case):
                 return (wl.make_inputs(case, 100 + i, device="cuda"),)
-            vendor_t[json.dumps(case)] = time_call(torch, lambda ins, case=case: wl.vendor(ins, case), prep, ns.reps)
+            vendor_t[json.dumps(case)] = time_call(dev, lambda ins, case=case: (wl.vendor(ins, case), 0)[1], prep,
+                                                   ns.reps)
     for b in builds:
         row = {k: v for k, v in b.items() if k != "so"}
         if not b["ok"]:
@@ -206,7 +159,7 @@ def main() -> int:
                 for case in wl.benchmark_cases:
                     def prep(i, case=case):
                         return r.prepare(case, 100 + i)
-                    t = time_call(torch, lambda ins, outs, case=case: r.call(case, ins, outs), prep, ns.reps)
+                    t = time_call(dev, lambda ins, outs, case=case: r.call(case, ins, outs), prep, ns.reps)
                     v = vendor_t.get(json.dumps(case))
                     t["vendor_us"] = v["median_us"] if v else None
                     t["speedup"] = (v["median_us"] / t["median_us"]) if v else None

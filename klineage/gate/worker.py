@@ -283,7 +283,7 @@ def place_inputs(workload, shape, tensors: dict) -> dict:
     return out
 
 
-def _alloc_outputs(workload, shape) -> dict:
+def alloc_outputs(workload, shape) -> dict:
     outs = {}
     off = workload.pointer_offset(shape)
     for name, (dims, dtype) in workload.outputs(shape).items():
@@ -329,7 +329,7 @@ class Evaluator:
         for kind, shape in shapes:
             self.chan.progress("correctness", shape=shape_key(shape))
             bufs = None
-            outs = _alloc_outputs(workload, shape)
+            outs = alloc_outputs(workload, shape)
             scal = workload.scalars(shape)
             per_seed = []
             aliased: dict = {}
@@ -369,7 +369,7 @@ class Evaluator:
         self.chan.progress("activity", shape=shape_key(shape))
         stream = torch.cuda.current_stream()
         inputs = place_inputs(workload, shape, workload.make_inputs(shape, 12345, device="cuda"))
-        outs = _alloc_outputs(workload, shape)
+        outs = alloc_outputs(workload, shape)
         scal = workload.scalars(shape)
         _sync("before the activity check")
         limit_before = self.dev.persisting_l2_limit()
@@ -414,7 +414,7 @@ class Evaluator:
         sets = [workload.make_inputs(shape, 1000 + i, device="cuda") for i in range(nsets)]
         if workload.pointer_offset(shape):
             sets = [place_inputs(workload, shape, s) for s in sets]
-        outs = _alloc_outputs(workload, shape)
+        outs = alloc_outputs(workload, shape)
         vend_inputs = sets  # the vendor reads the same rotated buffers
         samples = {"candidate": [], "vendor": []}
         per_trial = {"candidate": [], "vendor": []}
