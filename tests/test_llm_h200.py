@@ -91,11 +91,6 @@ def test_dry_run_sends_nothing_and_prints_every_prompt(tmp_path):
 
 
 @pytest.mark.nvcc
-@pytest.mark.xfail(RECORD.is_file(), strict=True,
-                   reason="the H200 run of 2026-12-03 predates the fix of walk._shape_key: live, the 'none' baseline "
-                          "compared a fresh result (keys rows, cols) with a stored one (keys sorted), matched no case "
-                          "and kept nothing; the replay, and any run since the fix, keeps step 3 (183 us against "
-                          "412 us). Re-record benchmarks/results/llm_h200.* on a GPU to retire this")
 def test_replay_runs_every_command_end_to_end(tmp_path):
     """Every command through the CLI from recorded evaluations (the gate compiles each kernel, then
     reads its record): the H200 run's when it is there, else the corpus records of the ladder."""
