@@ -284,10 +284,16 @@ class _Progress:
 @click.option("--base-url", default=None, help="An OpenAI-compatible server for --proposer llm.")
 @click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most (--proposer llm).")
 @click.option("--dry-run", is_flag=True, help="With --proposer llm: print the first prompt and its cost estimate; send nothing.")
+@click.option("--executor", "executor_name", type=click.Choice(["serial", "local", "ray"]), default="serial",
+              show_default=True,
+              help="Where compiles and gate evaluations run: serial (this process, one at a time), local (one gate "
+                   "worker per visible GPU, nvcc on every core) or ray (a Ray cluster). The library is the same.")
+@click.option("--ray-address", default=None,
+              help="With --executor ray: the cluster to join (HOST:PORT of `ray start --head`); default: a new local one.")
 @json_option
 @library_errors
 def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, replay, quiet, model, base_url,
-             budget_usd, dry_run, as_json):
+             budget_usd, dry_run, executor_name, ray_address, as_json):
     """Walk expert kernels backward and lift every accepted step into a skill."""
     import dataclasses
 
@@ -315,11 +321,19 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
             src = read_source(tgt.start)
             _echo_preview(llm.preview(*LLMProposer(llm).prompt(src, detect_all(src), None)), as_json)
             return
+    if ray_address and executor_name != "ray":
+        raise click.BadParameter("--ray-address needs --executor ray", param_hint="--ray-address")
+    from klineage.exec import make_executor
+    executor = make_executor(executor_name, ray_address=ray_address)
     store = _open_store(db_path)
     try:
-        summary = _execute_mine(run, store, replay, quiet or as_json, llm=llm)
+        summary = _execute_mine(run, store, replay, quiet or as_json, llm=llm, executor=executor)
     finally:
         store.close()
+        if executor is not None:
+            executor.close()
+    if executor is not None:
+        summary["executor"] = executor.stats()
     if llm is not None:  # the model calls' accounting (the lineage records the budget stop, if any)
         summary["llm"] = {"model": llm.model, "calls": len(llm.exchanges), "spent_usd": round(llm.spent_usd, 6),
                           "budget_usd": llm.budget_usd}
@@ -328,7 +342,7 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
         sys.exit(4)
 
 
-def _execute_mine(run, store, replay: bool, quiet: bool, llm=None) -> dict:
+def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None) -> dict:
     from klineage.gate.gate import Gate
     from klineage.lineage.mine import run_mine
     if replay:
@@ -337,7 +351,7 @@ def _execute_mine(run, store, replay: bool, quiet: bool, llm=None) -> dict:
     gate = Gate(store, run.gate_config())
     progress = _Progress(quiet)
     try:
-        return run_mine(run, store, gate, replay=replay, progress=progress, llm=llm)
+        return run_mine(run, store, gate, replay=replay, progress=progress, llm=llm, executor=executor)
     finally:
         progress.done()
         gate.close()

@@ -86,13 +86,8 @@ __device__ __forceinline__ uint64_t desc_kmajor(const void* p) {
 // along the keys 1024 bytes apart (stride byte offset).
 __device__ __forceinline__ uint64_t desc_mnmajor(const void* p, uint32_t half_bytes) {
     uint64_t a = smem_addr(p);
-#ifdef FMHA_VDESC_SWAP
-    return ((a & 0x3FFFF) >> 4) | ((uint64_t)((half_bytes >> 4) & 0x3FFF) << 32) | ((1024ull >> 4) << 16) |
-           (1ull << 62);
-#else
     return ((a & 0x3FFFF) >> 4) | ((uint64_t)((half_bytes >> 4) & 0x3FFF) << 16) | ((1024ull >> 4) << 32) |
            (1ull << 62);
-#endif
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }

@@ -8,6 +8,7 @@ measurement of the same request on any GPU.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import json
@@ -94,12 +95,17 @@ class GateConfig:
 
 class Gate:
     """Evaluate kernels for workloads. `store` is a klineage.store Store (or None: nothing kept);
-    `worker` a klineage.gate.pool.GateWorker started on first live use."""
+    `worker` a klineage.gate.pool.GateWorker started on first live use. With an `executor`
+    (klineage.exec) builds and live evaluations run there instead, in the worker `group`, and
+    concurrent requests of the same evaluation are done once."""
 
-    def __init__(self, store=None, config: GateConfig | None = None, worker=None):
+    def __init__(self, store=None, config: GateConfig | None = None, worker=None, executor=None,
+                 group: str = "main", owns_group: bool = False):
         self.store = store
         self.config = config or GateConfig()
         self._worker = worker
+        self.executor = executor
+        self._group, self._owns_group = group, owns_group
         self.compile_log: list[dict] = []  # one entry per nvcc request: cached?, seconds
 
     def request(self, source: str, workload: Workload, compiled: CompileResult | None = None) -> dict:
@@ -148,7 +154,8 @@ class Gate:
                              error_kind="static_guard", error_message=guard.summary)
             self._store_result(res, req, source, origin, workload)
             return res
-        compiled = compile_kernel(source, self.config.arch, self.config.extra_flags)
+        compiled = (self.executor.compile(source, self.config.arch, tuple(self.config.extra_flags))
+                    if self.executor is not None else compile_kernel(source, self.config.arch, self.config.extra_flags))
         self.compile_log.append({"kernel_hash": khash, "cached": compiled.cached, "seconds": compiled.seconds,
                                  "ok": compiled.ok})
         req = self.request(source, workload, compiled)
@@ -158,6 +165,11 @@ class Gate:
                              error_message=compiled.error_message)
             self._store_result(res, req, source, origin, workload)
             return res
+        claim = self.executor.claim(("eval", _digest(req))) if self.executor is not None else contextlib.nullcontext()
+        with claim:
+            return self._lookup_or_measure(source, workload, origin, replay, remeasure, khash, guard, compiled, req)
+
+    def _lookup_or_measure(self, source, workload, origin, replay, remeasure, khash, guard, compiled, req):
         if self.store is not None and not remeasure:
             # A replay accepts a record made with another nvcc build (the record says which).
             match = {k: v for k, v in req.items() if not (replay and k == "nvcc")}
@@ -173,11 +185,16 @@ class Gate:
                 f"no recorded evaluation of kernel {khash[:12]} for workload {workload.name} with this request "
                 f"(nvcc {compiled.nvcc_version}, arch {self.config.arch}, seeds {list(self.config.seeds)}): "
                 "run it on a GPU machine without --replay, or import its records with `klineage evals import`")
-        worker = self._live_worker()
-        raw = worker.evaluate({"so_path": compiled.so_path, "workload_path": str(workload.path),
-                               "shapes": req["shapes"], "seeds": req["seeds"], "timing": req["timing"]},
-                              stall_s=self.config.stall_s, total_s=self.config.total_s)
-        env = raw.get("env") or worker.env_info
+        payload = {"so_path": compiled.so_path, "workload_path": str(workload.path),
+                   "shapes": req["shapes"], "seeds": req["seeds"], "timing": req["timing"]}
+        if self.executor is not None:
+            raw = self.executor.evaluate_live(source, compiled, payload, self._group, tuple(self.config.extra_flags),
+                                              stall_s=self.config.stall_s, total_s=self.config.total_s)
+            env = raw.get("env")
+        else:
+            worker = self._live_worker()
+            raw = worker.evaluate(payload, stall_s=self.config.stall_s, total_s=self.config.total_s)
+            env = raw.get("env") or worker.env_info
         status = Status(raw["status"])
         res = GateResult(status, khash, workload.name, _digest({**req, "gpu": (env or {}).get("gpu")}), "live",
                          guard.to_dict(), compile=compiled.to_dict(), correctness=raw.get("correctness", []),
@@ -206,10 +223,17 @@ class Gate:
     def with_config(self, config: GateConfig, share_worker: bool = True) -> "Gate":
         """A gate on the same store with other settings; it shares this gate's worker process, or
         starts its own on first live use when `share_worker` is False (a fresh-process repeat)."""
+        if self.executor is not None:  # the executor's workers: a group of its own for a fresh process
+            g = Gate(self.store, config, executor=self.executor,
+                     group=self._group if share_worker else self.executor.new_group(), owns_group=not share_worker)
+            g.compile_log = self.compile_log
+            return g
         g = Gate(self.store, config, worker=self._worker if share_worker else None)
         g.compile_log = self.compile_log
         return g
 
     def close(self) -> None:
+        if self.executor is not None and self._owns_group:
+            self.executor.release(self._group)
         if self._worker is not None:
             self._worker.close()

@@ -23,7 +23,7 @@ from typing import Callable
 
 from klineage import settings
 from klineage.errors import ReplayMissingError
-from klineage.gate.gate import Gate, GateConfig
+from klineage.gate.gate import Gate, GateConfig, kernel_hash
 from klineage.lineage import admit as admit_mod
 from klineage.lineage import probe as probe_mod
 from klineage.lineage.walk import compare_timing
@@ -86,47 +86,68 @@ def workload_dirs(transitions: list[dict], known: dict[str, Path]) -> dict[str, 
     return out
 
 
+def _probe_runner(pr, executor):
+    """pr.run, or (with an executor) pr.run one kernel at a time: neighbouring steps share a kernel,
+    and its probes run once, as in a serial pass."""
+    if executor is None:
+        return pr.run
+
+    def run(source):
+        with executor.claim(("probe", pr.wl.name, kernel_hash(source))):
+            return pr.run(source)
+    return run
+
+
 def analyze_transitions(transitions: list[dict], source_of: Callable[[str], str | None], gate: Gate,
                         workloads: dict[str, Workload], cfg: AnalysisConfig, replay: bool = False,
-                        progress: Callable[..., None] | None = None) -> Analysis:
+                        progress: Callable[..., None] | None = None, executor=None) -> Analysis:
+    """The analysis of every transition; with an `executor` (klineage.exec) the transitions run as
+    concurrent units and their results are merged in transition order."""
     progress = progress or (lambda *a, **k: None)
     an = Analysis()
     rec_gate = _Recording(gate, an.evaluations)
     probers = {name: probe_mod.Prober(rec_gate, wl, replay) for name, wl in workloads.items()} if cfg.probes else {}
+    runners = {name: _probe_runner(pr, executor) for name, pr in probers.items()}
     extra_rounds = [_Recording(round_gate(gate, r), an.evaluations) for r in range(2, cfg.rounds + 1)]
     if cfg.static:
         from klineage.lineage.static import static_preconditions
     if cfg.scope:
         from klineage.lineage.scope import hardware_scope
+
+    def one(t: dict) -> tuple[str, dict, list]:
+        tid = t["transition_id"]
+        missing: list[dict] = []
+        wl = workloads[t["workload_name"]]
+        rich, simple = source_of(t["richer_hash"]), source_of(t["simpler_hash"])
+        out: dict = {"rounds": []}
+        progress("analysis", step=f"{t['workload_name']}:{t['step']}", mechanism=t["mechanism"])
+        for g in extra_rounds:
+            try:
+                r_rich = g.evaluate(rich, wl, replay=replay)
+                r_simple = g.evaluate(simple, wl, replay=replay)
+            except ReplayMissingError as e:
+                missing.append({"transition_id": tid, "what": f"round {g.config.round}", "message": str(e)})
+                continue
+            if r_rich.passed and r_simple.passed:
+                out["rounds"].append({"round": g.config.round, "effects": compare_timing(r_rich, r_simple),
+                                      "eval_richer": r_rich.eval_key, "eval_simpler": r_simple.eval_key})
+            else:
+                out["rounds"].append({"round": g.config.round, "effects": [], "failed": True,
+                                      "status_richer": r_rich.status.value, "status_simpler": r_simple.status.value})
+        if cfg.probes:
+            run = runners[t["workload_name"]]
+            out["probe"] = probe_mod.derive(run(rich), run(simple), t["mechanism"], t["richer_hash"][:12])
+        if cfg.static:
+            feat = next((f for f in t["features_richer"]
+                         if f["mechanism"] == t["mechanism"] and f["locus"] == t["locus"]), None)
+            out["static"] = static_preconditions(rich, t["mechanism"], feat)
+        if cfg.scope:
+            out["scope"] = hardware_scope(simple, rich)
+        return tid, out, missing
+
     try:
-        for t in transitions:
-            tid = t["transition_id"]
-            wl = workloads[t["workload_name"]]
-            rich, simple = source_of(t["richer_hash"]), source_of(t["simpler_hash"])
-            out: dict = {"rounds": []}
-            progress("analysis", step=f"{t['workload_name']}:{t['step']}", mechanism=t["mechanism"])
-            for g in extra_rounds:
-                try:
-                    r_rich = g.evaluate(rich, wl, replay=replay)
-                    r_simple = g.evaluate(simple, wl, replay=replay)
-                except ReplayMissingError as e:
-                    an.missing.append({"transition_id": tid, "what": f"round {g.config.round}", "message": str(e)})
-                    continue
-                if r_rich.passed and r_simple.passed:
-                    out["rounds"].append({"round": g.config.round, "effects": compare_timing(r_rich, r_simple),
-                                          "eval_richer": r_rich.eval_key, "eval_simpler": r_simple.eval_key})
-                else:
-                    out["rounds"].append({"round": g.config.round, "effects": [], "failed": True,
-                                          "status_richer": r_rich.status.value, "status_simpler": r_simple.status.value})
-            if cfg.probes:
-                pr = probers[t["workload_name"]]
-                out["probe"] = probe_mod.derive(pr.run(rich), pr.run(simple), t["mechanism"], t["richer_hash"][:12])
-            if cfg.static:
-                feat = next((f for f in t["features_richer"]
-                             if f["mechanism"] == t["mechanism"] and f["locus"] == t["locus"]), None)
-                out["static"] = static_preconditions(rich, t["mechanism"], feat)
-            if cfg.scope:
-                out["scope"] = hardware_scope(simple, rich)
+        for tid, out, missing in (map(one, transitions) if executor is None else executor.map(one, transitions)):
+            an.missing += missing
             an.per_transition[tid] = out
     finally:
         for g in extra_rounds:
@@ -137,8 +158,10 @@ def analyze_transitions(transitions: list[dict], source_of: Callable[[str], str 
 
 
 def run_admission(skills: list[dict], transitions: list[dict], source_of: Callable[[str], str | None],
-                  gate: Gate, workloads: dict[str, Workload], an: Analysis, replay: bool = False) -> None:
-    """Admission verdicts for every skill card, into an.admission."""
+                  gate: Gate, workloads: dict[str, Workload], an: Analysis, replay: bool = False,
+                  executor=None) -> None:
+    """Admission verdicts for every skill card, into an.admission (with an `executor`, the skills
+    run as concurrent units, merged in skill order)."""
     rec_gate = _Recording(gate, an.evaluations)
     states: dict[str, list[tuple[str, str]]] = {}
     by_lineage: dict[str, list[dict]] = {}
@@ -153,6 +176,11 @@ def run_admission(skills: list[dict], transitions: list[dict], source_of: Callab
             if src is not None:
                 states.setdefault(wname, []).append((src, f"{wname} state {h[:12]}"))
     targets = {name: admit_mod.candidate_kernels(wl, states.get(name, [])) for name, wl in sorted(workloads.items())}
-    for s in skills:
-        an.admission[s["skill_id"]] = admit_mod.admit_skill(s["card"], targets, rec_gate, replay=replay,
-                                                            missing=an.missing)
+
+    def one(s: dict) -> tuple[dict, list]:
+        missing: list[dict] = []
+        return admit_mod.admit_skill(s["card"], targets, rec_gate, replay=replay, missing=missing), missing
+
+    for s, (verdict, missing) in zip(skills, map(one, skills) if executor is None else executor.map(one, skills)):
+        an.admission[s["skill_id"]] = verdict
+        an.missing += missing

@@ -143,21 +143,33 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
 
 
 def run_mine(run: MineRun, store, gate, replay: bool = False,
-             progress: Callable[..., None] | None = None, llm=None) -> dict:
-    """Walk every target, store each lineage, re-lift the whole library; returns a summary."""
+             progress: Callable[..., None] | None = None, llm=None, executor=None) -> dict:
+    """Walk every target, store each lineage, re-lift the whole library; returns a summary.
+
+    `executor` (klineage.exec; None: serial, in this process) runs the walks, and the analysis
+    pass's independent steps, as concurrent units whose database writes are committed in target
+    order: the library is the serial run's. With an llm proposer the walks run one at a time (the
+    model budget is spent in target order)."""
     t0 = time.perf_counter()
     summary = {"lineages": [], "missing": [], "evaluations": {}, "phases": {}}
     evals = []
     known: dict = {}  # workload name -> folder, for the analysis pass
-    for tgt in run.targets:
+    if executor is not None:
+        gate = executor.bind(gate)
+
+    def walk(tgt: Target):
         wl = load_workload(tgt.workload_dir)
-        known[wl.name] = tgt.workload_dir
         proposer = make_proposer(tgt.proposer, tgt.workload_dir, llm=llm)
         label = f"{wl.name}/{tgt.proposer}"
         walker = Walker(gate, wl, [proposer], run.limits, replay=replay,
                         progress=(lambda ev, _l=label, **kw: progress(_l, ev, **kw)) if progress else None)
         start = proposer.top.source if tgt.proposer == "versions" else read_source(tgt.start)
-        lin = walker.run(start, origin=display_path(tgt.start))
+        return tgt, wl, walker, walker.run(start, origin=display_path(tgt.start))
+
+    walks = (map(walk, run.targets) if executor is None
+             else executor.map(walk, run.targets, sequential=any(t.proposer == "llm" for t in run.targets)))
+    for tgt, wl, walker, lin in walks:
+        known[wl.name] = tgt.workload_dir
         store.put_lineage(lin)
         evals += walker.evaluations
         summary["missing"] += walker.missing
@@ -172,10 +184,11 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
     if run.analysis is not None:
         workloads = workload_dirs(transitions, known)
         prog = (lambda ev, **kw: progress("analysis", ev, **kw)) if progress else None
-        analysis = analyze_transitions(transitions, source_of, gate, workloads, run.analysis, replay, prog)
+        analysis = analyze_transitions(transitions, source_of, gate, workloads, run.analysis, replay, prog,
+                                       executor=executor)
         if run.analysis.admission:
             draft = lift(transitions, rejections, source_of, analysis)
-            run_admission(draft, transitions, source_of, gate, workloads, analysis, replay)
+            run_admission(draft, transitions, source_of, gate, workloads, analysis, replay, executor=executor)
         evals += analysis.evaluations
         summary["missing"] += analysis.missing
     skills = lift(transitions, rejections, source_of, analysis)
