@@ -483,7 +483,7 @@ def _execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, g
 @json_option
 @library_errors
 def run_cmd(pipeline, db_path, replay, quiet, as_json):
-    """Execute a declarative pipeline (pipelines/NAME.toml: kind = mine | apply), validated strictly,
+    """Execute a declarative pipeline (pipelines/NAME.toml: kind = mine | apply | heldout), validated strictly,
     and record it with its configuration in the database."""
     import hashlib
     import time as _time
@@ -507,6 +507,9 @@ def run_cmd(pipeline, db_path, replay, quiet, as_json):
         if pl.kind == "mine":
             result = _execute_mine(pl.run, store, replay, quiet or as_json)
             outcome = "missing" if result["missing"] else "ok"
+        elif pl.kind == "heldout":
+            result = _execute_heldout(store, pl.run, replay, quiet or as_json)
+            outcome = "missing" if result["missing"] else "ok"
         else:
             from klineage.apply.loop import write_outputs
             from klineage.gate.gate import GateConfig
@@ -522,6 +525,8 @@ def run_cmd(pipeline, db_path, replay, quiet, as_json):
         summary = None
         if result is not None:
             summary = ({k: v for k, v in result.items() if k not in ("lineages",)} if pl.kind == "mine"
+                       else {"heldout_run": result["run_id"], "verdict": result["summary"]["verdict"]}
+                       if pl.kind == "heldout"
                        else {"apply_run": result["run_id"], "stop_reason": result["stop_reason"]})
         store.put_pipeline_run({**rec, "outcome": outcome, "summary": summary})
         store.close()
@@ -529,10 +534,163 @@ def run_cmd(pipeline, db_path, replay, quiet, as_json):
         click.echo(json.dumps({"pipeline_run": rid, "kind": pl.kind, "outcome": outcome,
                                "result": {k: v for k, v in result.items() if k != "best_source"}}, indent=1, default=str))
     else:
-        click.echo(format_mine_summary(result) if pl.kind == "mine" else format_apply_run(result))
+        if pl.kind == "heldout":
+            from klineage.report.text import format_heldout
+            click.echo(format_heldout(result))
+        else:
+            click.echo(format_mine_summary(result) if pl.kind == "mine" else format_apply_run(result))
         click.echo(f"pipeline run {rid} ({pl.name}, {pl.kind}): {outcome}")
     if outcome == "missing":
         sys.exit(4)
+
+
+# -- the held-out check -------------------------------------------------------------------------------
+
+class _HeldoutProgress(_Progress):
+    """The status line for heldout: the instance and condition at work, steps, rows decided."""
+
+    def __init__(self, quiet: bool):
+        super().__init__(quiet)
+        self.rows = 0
+
+    def __call__(self, event: str, **kw) -> None:
+        if event == "step":
+            self.steps += 1
+            self._count(kw["step"]["status"])
+            self.label = f"heldout {kw['instance']} {kw['condition']}"
+        else:
+            self.rows += 1
+            self.label = f"heldout {kw['row']['instance']} {kw['row']['condition']}: {kw['row']['status']}"
+        self._show(f"steps {self.steps} · rows {self.rows}")
+
+
+def _split(text: str | None) -> list[str] | None:
+    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=None) -> dict:
+    """Run a held-out pipeline (klineage.pipelines.HeldoutPipeline) into `store`; returns the report
+    and writes the outputs when the pipeline names an out folder."""
+    from klineage.gate.gate import Gate
+    from klineage.heldout import load_instances, run_heldout, write_outputs
+    from klineage.heldout.run import llm_status
+    instances = load_instances(hp.root, families, names)
+    if replay:
+        from klineage.store.recorded import import_paths
+        import_paths(store, hp.records)
+    if not store.skills():
+        raise click.ClickException(f"no skills in {store.path}: pass --db with a copy of skills_db/skills.duckdb")
+    llm, reason = (None, None)
+    if "llm" in hp.config.conditions:
+        llm, reason = llm_status(replay, hp.config.model, hp.config.budget_usd)
+    gate = Gate(store, hp.config.gate_config())
+    progress = _HeldoutProgress(quiet)
+    try:
+        report = run_heldout(store, gate, instances, hp.config, hp.root, replay=replay, llm=llm, llm_reason=reason,
+                             progress=progress)
+    finally:
+        progress.done()
+        gate.close()
+    if hp.out is not None:
+        write_outputs(report, store, hp.out)
+    return report
+
+
+@main.command("heldout")
+@click.argument("root", required=False, type=click.Path(file_okay=False, path_type=Path))
+@db_option
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A held-out pipeline (pipelines/heldout.toml): its [heldout] and [gate] tables; options given "
+                   "here override it.")
+@click.option("--conditions", default=None,
+              help="Comma-separated conditions (default all): idiom, skills, control-random, control-foreign, llm.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write heldout.json, heldout.txt and kernels/INSTANCE/CONDITION.cu here (default: the config's out).")
+@click.option("--budget", type=int, default=None, help="Candidate kernels gated per instance and condition at most (default 12).")
+@click.option("--seed", type=int, default=None, help="Seed of the random control (default 0).")
+@click.option("--final-rounds", type=int, default=None,
+              help="Final measurements of each condition's kernel, each in a worker of its own (default 2).")
+@click.option("--families", default=None, help="Only these families (comma-separated: gemm, attention, reduction).")
+@click.option("--instances", "names", default=None, help="Only these instances (comma-separated names).")
+@click.option("--vendor", type=click.Choice(["auto", "primary", "fallback"]), default=None,
+              help="Reference: auto (the primary FlagGems kernel; its VENDOR_FALLBACK when the primary fails while "
+                   "timing the idiom kernel), or force one (default auto).")
+@click.option("--admission", type=click.Choice(["on", "off"]), default=None,
+              help="Retrieve only admitted skills (default off).")
+@click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
+@click.option("--records", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="With --replay: record files or folders (*.jsonl, *.jsonl.gz) to import first (repeatable; "
+                   "default: the config's records).")
+@click.option("--model", default=None, help="Model id for the llm condition (default claude-sonnet-4-5).")
+@click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most per instance (llm).")
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan (instances, starts, tunables, references, foreign libraries); evaluate nothing.")
+@click.option("--quiet", is_flag=True, help="No progress line.")
+@json_option
+@library_errors
+def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, final_rounds, families, names, vendor,
+                admission, replay, records, model, budget_usd, dry_run, quiet, as_json):
+    """Run every held-out instance (ROOT, default heldout/) under the conditions idiom, skills,
+    control-random, control-foreign and llm, and report speedups over the reference with 95%
+    intervals, geomeans with failures counted, and a memorization audit. Resumes a killed run;
+    exits 4 when a replay lacks records."""
+    from klineage.heldout.run import HeldoutConfig
+    from klineage.pipelines import HeldoutPipeline, load_pipeline
+
+    if config_path is not None:
+        pl = load_pipeline(config_path)
+        if pl.kind != "heldout":
+            raise click.BadParameter(f"{config_path} is a {pl.kind} pipeline, not kind = \"heldout\"",
+                                     param_hint="--config")
+        hp = pl.run
+    else:
+        hp = HeldoutPipeline(Path("heldout"), HeldoutConfig(), [], None)
+    over = {k: v for k, v in (("budget", budget), ("seed", seed), ("final_rounds", final_rounds), ("vendor", vendor),
+                              ("model", model), ("budget_usd", budget_usd)) if v is not None}
+    if admission is not None:
+        over["admission"] = admission == "on"
+    if conditions:
+        over["conditions"] = tuple(_split(conditions))
+    try:
+        hp.config = dataclasses.replace(hp.config, **over)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    hp.root = root or hp.root
+    hp.out = out_dir or hp.out
+    hp.records = list(records) or hp.records
+    store = _open_store(db_path)
+    try:
+        if dry_run:
+            from klineage.heldout import load_instances
+            from klineage.heldout.run import llm_status, plan
+            reason = llm_status(replay, hp.config.model, hp.config.budget_usd)[1] if "llm" in hp.config.conditions else None
+            p = plan(load_instances(hp.root, _split(families), _split(names)), hp.config, store, reason)
+            click.echo(json.dumps(p, indent=1) if as_json else _format_plan(p))
+            return
+        if hp.out is None:
+            raise click.UsageError("give --out DIR (or a --config whose [heldout] table names out)")
+        report = _execute_heldout(store, hp, replay, quiet or as_json, _split(families), _split(names))
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(report, indent=1, sort_keys=True))
+    else:
+        from klineage.report.text import format_heldout
+        click.echo(format_heldout(report))
+        click.echo(f"wrote {hp.out / 'heldout.json'}, {hp.out / 'heldout.txt'} and the kernels under {hp.out / 'kernels'}")
+    if report["missing"]:
+        sys.exit(4)
+
+
+def _format_plan(p: dict) -> str:
+    lines = [f"conditions {', '.join(p['conditions'])}; budget {p['config']['budget']}; final rounds "
+             f"{p['config']['final_rounds']}; library {p['library']['skills']} skills; llm: {p['llm']}"]
+    for fam, names in p["library"]["foreign"].items():
+        lines.append(f"  foreign library for {fam}: {len(names)} skills {', '.join(names)[:200]}")
+    for i in p["instances"]:
+        lines.append(f"  {i['family']:<10} {i['instance']:<24} starts {i['starts']} tunables {i['tunables']} "
+                     f"reference {i['reference']}" + (f" (fallback: {i['fallback']})" if i["fallback"] else ""))
+    return "\n".join(lines)
 
 
 @apply_cmd.command("list")

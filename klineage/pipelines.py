@@ -11,6 +11,11 @@ trajectory can always be read back.
   apply  name, description, [gate], [apply]:
            workload (folder), start (kernel file), materializers (list of rules/sweep/llm),
            budget_steps, budget_usd, budget_s, admission (bool), model, base_url, out (folder)
+  heldout  name, description, [gate], [heldout]:
+           root (folder of instances), conditions (list), budget, seed, final_rounds, admission (bool),
+           vendor (auto/primary/fallback), failure_speedup, records (folder of recorded evaluations
+           a --replay imports), out (folder), model, budget_usd, and [heldout.foreign]: family ->
+           list of unrelated families (klineage.heldout.run.DEFAULT_FOREIGN when absent)
   Paths are relative to the repository root (the folder above pipelines/).
 """
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pathlib import Path
 
 from klineage.errors import KLineageError, read_toml
 
-KINDS = ("mine", "apply")
+KINDS = ("mine", "apply", "heldout")
 _APPLY_TOP = {"kind", "name", "description", "gate", "apply"}
 _APPLY_KEYS = {"workload": str, "start": str, "materializers": list, "budget_steps": int, "budget_usd": (int, float),
                "budget_s": (int, float), "admission": bool, "model": str, "base_url": str, "out": str}
@@ -39,7 +44,7 @@ class Pipeline:
     name: str
     text: str
     raw: dict
-    run: object  # MineRun for mine, ApplyPipeline for apply
+    run: object  # MineRun for mine, ApplyPipeline for apply, HeldoutPipeline for heldout
 
     @property
     def digest(self) -> str:
@@ -65,13 +70,80 @@ def load_pipeline(path: str | Path) -> Pipeline:
     text, raw = _read(path)
     kind = raw.get("kind", "mine" if "target" in raw else None)
     if kind not in KINDS:
-        raise PipelineError(f"{path}: kind = {raw.get('kind')!r}: expected one of {', '.join(KINDS)} "
-                            "(a held-out pipeline arrives with `klineage heldout`)")
+        raise PipelineError(f"{path}: kind = {raw.get('kind')!r}: expected one of {', '.join(KINDS)}")
     name = raw.get("name") or path.stem
     if kind == "mine":
         from klineage.lineage.mine import load_config
         return Pipeline(path, kind, name, text, raw, load_config(path)[0])
+    if kind == "heldout":
+        return Pipeline(path, kind, name, text, raw, heldout_pipeline(path, raw))
     return Pipeline(path, kind, name, text, raw, _apply_pipeline(path, raw))
+
+
+@dataclass
+class HeldoutPipeline:
+    root: Path
+    config: object  # klineage.heldout.run.HeldoutConfig
+    records: list[Path]
+    out: Path | None
+
+
+_HELDOUT_TOP = {"kind", "name", "description", "gate", "heldout"}
+_HELDOUT_KEYS = {"root": str, "conditions": list, "budget": int, "seed": int, "final_rounds": int, "admission": bool,
+                 "vendor": str, "failure_speedup": float, "records": str, "out": str, "model": str,
+                 "budget_usd": (int, float), "foreign": dict}
+
+
+def _check_gate(path: Path, gate: dict) -> None:
+    from klineage.lineage.mine import _GATE_KEYS
+    if not isinstance(gate, dict):
+        raise PipelineError(f"{path}: [gate] must be a table of warmup, reps, trials")
+    for k, v in gate.items():
+        if k not in _GATE_KEYS:
+            raise PipelineError(f"{path}: unknown key gate.{k} (allowed: {', '.join(_GATE_KEYS)})")
+        lo, hi = _GATE_KEYS[k]
+        if type(v) is not int or not lo <= v <= hi:
+            raise PipelineError(f"{path}: gate.{k} = {v!r}: expected an int from {lo} to {hi}")
+
+
+def heldout_pipeline(path: Path, raw: dict) -> HeldoutPipeline:
+    """A held-out pipeline's settings (strict: an unknown key or a wrong type names the key)."""
+    from klineage.heldout.run import CONDITIONS, HeldoutConfig
+    path = Path(path)
+    bad = sorted(set(raw) - _HELDOUT_TOP)
+    if bad:
+        raise PipelineError(f"{path}: unknown key {bad[0]!r} (allowed: {', '.join(sorted(_HELDOUT_TOP))})")
+    ho = raw.get("heldout", {})
+    if not isinstance(ho, dict):
+        raise PipelineError(f"{path}: [heldout] must be a table")
+    for k, v in ho.items():
+        if k not in _HELDOUT_KEYS:
+            raise PipelineError(f"{path}: unknown key heldout.{k} (allowed: {', '.join(sorted(_HELDOUT_KEYS))})")
+        want = _HELDOUT_KEYS[k]
+        if not isinstance(v, want) or (isinstance(v, bool) and want is not bool):
+            raise PipelineError(f"{path}: heldout.{k} = {v!r}: expected {getattr(want, '__name__', 'a number')}")
+    for c in ho.get("conditions", []):
+        if c not in CONDITIONS:
+            raise PipelineError(f"{path}: heldout.conditions: {c!r} is not one of {', '.join(CONDITIONS)}")
+    for fam, fams in ho.get("foreign", {}).items():
+        if not isinstance(fams, list) or not all(isinstance(f, str) for f in fams):
+            raise PipelineError(f"{path}: heldout.foreign.{fam} must be a list of family names")
+    gate = raw.get("gate", {})
+    _check_gate(path, gate)
+    kw = {k: ho[k] for k in ("budget", "seed", "final_rounds", "admission", "vendor", "failure_speedup", "model",
+                             "budget_usd") if k in ho}
+    if "conditions" in ho:
+        kw["conditions"] = tuple(ho["conditions"])
+    if "foreign" in ho:
+        kw["foreign"] = {k: tuple(v) for k, v in ho["foreign"].items()}
+    try:
+        cfg = HeldoutConfig(timing=dict(gate), **kw)
+    except ValueError as e:
+        raise PipelineError(f"{path}: [heldout]: {e}") from None
+    base = path.resolve().parent.parent
+    return HeldoutPipeline(base / ho.get("root", "heldout"), cfg,
+                           [base / ho["records"]] if "records" in ho else [],
+                           base / ho["out"] if "out" in ho else None)
 
 
 def _apply_pipeline(path: Path, raw: dict) -> ApplyPipeline:

@@ -28,6 +28,11 @@ def recorded_dir() -> Path:
     return Path(os.environ.get("KLINEAGE_RECORDED") or repo_root() / "skills_db" / "evaluations")
 
 
+def expert_dir() -> Path:
+    """The expert corpus (expert_kernels/); $KLINEAGE_EXPERTS points elsewhere (a fixed snapshot)."""
+    return Path(os.environ.get("KLINEAGE_EXPERTS") or repo_root() / "expert_kernels")
+
+
 def display_path(path) -> str:
     """`path` relative to the source tree when inside it (so records match across machines)."""
     p = Path(path)

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from klineage.apply.materialize import Candidate, RulesMaterializer, SweepMaterializer, bake
+from klineage.apply.materialize import Candidate, RulesMaterializer, bake, make_sweep
 from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
 from klineage.gate.gate import Gate, GateResult, kernel_hash
 from klineage.lineage.walk import compare_timing
@@ -41,9 +41,17 @@ class ApplyConfig:
     noise: float = 0.01
     platform: str = PLATFORM_H200
     model: str | None = None
+    # How the sweep draws its points: None, steered by the retrieved skills (sweep_points); or
+    # {"mode": "random", "points": N, "seed": S}: N points drawn at random without the library
+    # (klineage.apply.materialize.make_sweep). Left out of to_dict when None, so run ids of
+    # steered runs are what they were before the option existed.
+    sweep: dict | None = None
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__, materializers=list(self.materializers))
+        d = dict(self.__dict__, materializers=list(self.materializers))
+        if d["sweep"] is None:
+            del d["sweep"]
+        return d
 
 
 @dataclass
@@ -84,9 +92,10 @@ def _feedback(res: GateResult) -> str:
 
 
 def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: ApplyConfig,
-          llm=None, replay: bool = False, progress=None) -> dict:
-    """Run the loop; returns the run dict (as stored, with steps and the best kernel's source)."""
-    skills = store.skills()
+          llm=None, replay: bool = False, progress=None, skills: list[dict] | None = None) -> dict:
+    """Run the loop; returns the run dict (as stored, with steps and the best kernel's source).
+    `skills` restricts the library (store.skills() rows) the run retrieves from; default: all of it."""
+    skills = store.skills() if skills is None else list(skills)
     run_id = run_id_for(wl, start, cfg, skills)
     t0 = time.monotonic()
     run = {"run_id": run_id, "workload": wl.name, "start_hash": kernel_hash(start), "config": cfg.to_dict(),
@@ -158,7 +167,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
         return finish("start_failed", None, None)
     best = Best(start, first)
     tried: set[tuple[str, str]] = set()  # (kernel hash, skill id or sweep) already tried
-    mats = {"rules": RulesMaterializer(), "sweep": SweepMaterializer()}
+    mats = {"rules": RulesMaterializer(), "sweep": make_sweep(cfg.sweep)}
     if "llm" in cfg.materializers:
         from klineage.apply.materialize import LLMBackendMaterializer
         mats["llm"] = LLMBackendMaterializer(llm)
@@ -225,6 +234,8 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                     "flags": list(cand.flags), "config": cand.config, "kernel_hash": res.kernel_hash,
                     "eval_key": res.eval_key, "status": res.status.value, "accepted": False, "note": cand.note,
                     "exchange": cand.exchange, "terms": entry["terms"] if entry else None, "timing": res.timing}
+            if backend == "sweep":
+                step["steered_by"] = list(cand.steered_by)
             if not res.passed:
                 feedback = _feedback(res)
                 step["feedback"] = feedback

@@ -10,6 +10,8 @@
          skills: values their cards' example configurations name for constants of the same role
          (block size, unroll / vector / coarsening factor) come first, then the default's neighbours;
          the winner is written back into the source (`bake`), so the kept kernel stands alone;
+             or, for a control without the library (`random_points`), points drawn at random
+             from the same axes' default and neighbours;
   llm    klineage.apply.llm (Anthropic Messages API, or an OpenAI-compatible server): the skill's card
          verbatim, the current kernel, the workload contract and the last gate feedback.
 
@@ -19,6 +21,7 @@ returns [] (and says why in `why_not`).
 from __future__ import annotations
 
 import itertools
+import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +46,7 @@ class Candidate:
     config: dict = field(default_factory=dict)
     note: str = ""
     exchange: dict | None = None  # the llm backend's call record (never the key)
+    steered_by: tuple[str, ...] = ()  # sweep: skills whose cards name a value of this point
 
 
 def tunables(source: str) -> dict[str, int]:
@@ -89,13 +93,18 @@ def _neighbours(role: str | None, default: int) -> list[int]:
                                           default * 8) if v != default))
 
 
+def _axes(tun: dict[str, int]) -> list[str]:
+    """The (at most two) tunables a sweep varies: named ones with a role first, then file order."""
+    return sorted(tun, key=lambda n: (_role(n) is None, list(tun).index(n)))[:2]
+
+
 def sweep_points(source: str, skills: list[dict]) -> list[dict[str, int]]:
     """5-7 configurations over (at most two of) the source's tunables; [] when it exposes none.
     The default is always the first point; steered values come before plain neighbours."""
     tun = tunables(source)
     if not tun:
         return []
-    names = sorted(tun, key=lambda n: (_role(n) is None, list(tun).index(n)))[:2]
+    names = _axes(tun)
     axes = {}
     for n in names:
         role = _role(n)
@@ -113,6 +122,41 @@ def sweep_points(source: str, skills: list[dict]) -> list[dict[str, int]]:
             points.append({names[0]: a, names[1]: b})
     uniq = list({tuple(sorted(p.items())): p for p in points}.values())
     return uniq[:MAX_SWEEP]
+
+
+def sweep_space(source: str) -> dict[str, list[int]]:
+    """{axis: [default, neighbours...]}: the values the sweep can give its axes with no library."""
+    tun = tunables(source)
+    return {n: list(dict.fromkeys([tun[n]] + _neighbours(_role(n), tun[n]))) for n in _axes(tun)}
+
+
+def random_points(source: str, n: int, seed: int) -> list[dict[str, int]]:
+    """The default, then `n` distinct other points of sweep_space drawn uniformly at random
+    (random.Random(seed)); fewer when the space is smaller; [] when the source has no tunables."""
+    space = sweep_space(source)
+    if not space:
+        return []
+    default = {k: v[0] for k, v in space.items()}
+    grid = [p for p in (dict(zip(space, combo)) for combo in itertools.product(*space.values())) if p != default]
+    return [default] + random.Random(seed).sample(grid, min(max(n, 0), len(grid)))
+
+
+def point_flags(point: dict[str, int]) -> tuple[str, ...]:
+    """The nvcc flags that give a kernel a sweep point's configuration (-DNAME=value, sorted)."""
+    return tuple(f"-D{k}={v}" for k, v in sorted(point.items()))
+
+
+def steered_by(skills: list[dict], source: str, point: dict[str, int]) -> tuple[str, ...]:
+    """Names of the skills whose cards name a value this point gives an axis (off its default)."""
+    tun = tunables(source)
+    names = []
+    for s in skills:
+        for axis, v in point.items():
+            role = _role(axis)
+            if role and v != tun.get(axis) and v in _steered([s], role):
+                names.append(s["name"])
+                break
+    return tuple(sorted(set(names)))
 
 
 class RulesMaterializer:
@@ -142,14 +186,38 @@ class SweepMaterializer:
         steer = sorted({s["name"] for s in skills})
         out = []
         for p in pts[1:]:  # the default is the current kernel itself
-            flags = tuple(f"-D{k}={v}" for k, v in sorted(p.items()))
-            out.append(Candidate(kernel, self.name, None, None, flags=flags, config=dict(p),
-                                 note=f"sweep point {p} (steered by {len(steer)} skills)"))
+            out.append(Candidate(kernel, self.name, None, None, flags=point_flags(p), config=dict(p),
+                                 note=f"sweep point {p} (steered by {len(steer)} skills)",
+                                 steered_by=steered_by(skills, kernel, p)))
         return out
 
     def why_not(self, kernel: str) -> str:
         return ("the kernel exposes no tunable constants (#ifndef NAME / #define NAME <int> / #endif)"
                 if not tunables(kernel) else "fewer than two sweep points")
+
+
+class RandomSweepMaterializer(SweepMaterializer):
+    """A control: `points` configurations drawn at random (seeded) from sweep_space, the library unused."""
+
+    def __init__(self, points: int, seed: int):
+        self.points, self.seed = points, seed
+
+    def propose_all(self, skills: list[dict], kernel: str, wl: Workload) -> list[Candidate]:
+        out = []
+        for p in random_points(kernel, self.points, self.seed)[1:]:
+            out.append(Candidate(kernel, self.name, None, None, flags=point_flags(p), config=dict(p),
+                                 note=f"random point {p} (seed {self.seed}, no library)"))
+        return out
+
+
+def make_sweep(spec: dict | None) -> SweepMaterializer:
+    """The sweep backend an ApplyConfig.sweep names: None, steered by the skills; {"mode": "random",
+    "points": N, "seed": S}, the random control. Raises ValueError for anything else."""
+    if spec is None:
+        return SweepMaterializer()
+    if spec.get("mode") == "random" and set(spec) == {"mode", "points", "seed"}:
+        return RandomSweepMaterializer(int(spec["points"]), int(spec["seed"]))
+    raise ValueError(f"unknown sweep {spec!r}: None (steered) or {{'mode': 'random', 'points': N, 'seed': S}}")
 
 
 class LLMBackendMaterializer:

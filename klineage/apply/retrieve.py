@@ -172,22 +172,29 @@ def _names(items) -> list[str]:
     return [i if isinstance(i, str) else i[-1] for i in items or []]
 
 
-_FAMILIES: dict[str, str] = {}
+_FACTS: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 
-def _family(workload: str) -> str:
-    if workload not in _FAMILIES:
+def workload_facts(workload: str) -> tuple[str, tuple[str, ...]]:
+    """(family, dtypes) of a corpus workload by name (expert_kernels/ or apply_workloads/), or
+    ("", ()) when no such workload loads."""
+    if workload not in _FACTS:
         root = Path(__file__).resolve().parents[2]
-        fam = ""
+        facts: tuple[str, tuple[str, ...]] = ("", ())
         for d in (root / "expert_kernels" / workload, root / "apply_workloads" / workload):
             if (d / "workload.py").is_file():
                 try:
-                    fam = getattr(load_workload(d).module, "FAMILY", "")
+                    wl = load_workload(d)
+                    facts = (getattr(wl.module, "FAMILY", ""), tuple(wl.dtypes))
                 except Exception:  # a workload that no longer loads just has no family here
-                    fam = ""
+                    pass
                 break
-        _FAMILIES[workload] = fam
-    return _FAMILIES[workload]
+        _FACTS[workload] = facts
+    return _FACTS[workload]
+
+
+def _family(workload: str) -> str:
+    return workload_facts(workload)[0]
 
 
 def rank_terms(card: dict, mechanism: str, t: TargetFacts) -> dict:

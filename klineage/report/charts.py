@@ -86,16 +86,24 @@ def speedup_bars(path: Path, labels: list[str], speedups: list[float], title: st
 
 
 def grouped_bars(path: Path, groups: list[str], conditions: list[str], values: dict[tuple[str, str], float],
-                 title: str, ylabel: str) -> Path:
-    """Bars per group (x) and condition (colour); values[(group, condition)], missing pairs left out."""
+                 title: str, ylabel: str, intervals: dict[tuple[str, str], tuple[float, float]] | None = None) -> Path:
+    """Bars per group (x) and condition (colour); values[(group, condition)], missing pairs left out;
+    `intervals[(group, condition)]` = (low, high) drawn as error bars where given."""
+    intervals = intervals or {}
     with matplotlib.rc_context(_RC):
         fig = _figure(max(6.0, 0.9 * len(groups) * max(1, len(conditions)) ** 0.5 + 2.5), 4.0)
         ax = fig.add_subplot()
         width = 0.8 / max(1, len(conditions))
         for j, cond in enumerate(conditions):
             xs = [i + (j - (len(conditions) - 1) / 2) * width for i, g in enumerate(groups) if (g, cond) in values]
-            ys = [values[(g, cond)] for g in groups if (g, cond) in values]
+            keys = [(g, cond) for g in groups if (g, cond) in values]
+            ys = [values[k] for k in keys]
             ax.bar(xs, ys, width=width, label=cond, color=_COLORS[j % len(_COLORS)])
+            bars = [(x, values[k], intervals[k]) for x, k in zip(xs, keys) if k in intervals]
+            if bars:
+                ax.errorbar([b[0] for b in bars], [b[1] for b in bars],
+                            yerr=[[b[1] - b[2][0] for b in bars], [b[2][1] - b[1] for b in bars]],
+                            fmt="none", ecolor="#24292f", elinewidth=0.8, capsize=2)
         ax.axhline(1.0, color="#57606a", linewidth=0.8, linestyle="--")
         ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right", fontsize=7.5)
         ax.set_ylabel(ylabel)

@@ -26,7 +26,6 @@ from klineage.report import charts
 from klineage.report.text import skill_why
 from klineage.workload import shape_key
 
-HELDOUT_TABLE = "heldout_results"
 CATEGORIES = ("data_types", "layout", "storage", "pipeline", "hardware")
 _FORMATTER = HtmlFormatter(cssclass="hl")
 
@@ -118,16 +117,18 @@ def _forward_walk(lin: dict, sources: dict[str, str | None], skill_of: dict[str,
 
 
 def _heldout(store) -> dict | None:
-    """Rows of the held-out results table by family, or None when the table does not exist."""
-    if not store._query("SELECT 1 FROM information_schema.tables WHERE table_name = ?", [HELDOUT_TABLE]):
+    """The newest held-out report (klineage.heldout.report) with its rows by family, or None."""
+    report = store.latest_heldout_report()
+    if report is None:
         return None
-    rows = store._query(f"SELECT family, instance, condition, latency_us, reference_us FROM {HELDOUT_TABLE} "
-                        "ORDER BY family, instance, condition")
+    conds = report["config"]["conditions"]
     fams: dict[str, list[dict]] = defaultdict(list)
-    for fam, inst, cond, lat, ref in rows:
-        fams[fam].append({"instance": inst, "condition": cond, "latency_us": lat, "reference_us": ref,
-                          "speedup": (ref / lat) if lat and ref else None})
-    return dict(fams)
+    for inst in report["instances"]:
+        cells = [inst["conditions"].get(c) for c in conds]
+        fams[inst["family"]].append({"instance": inst["instance"],
+                                     "reference": inst.get("reference") or {"used": "-", "name": "-"},
+                                     "cells": cells})
+    return {"report": report, "conditions": conds, "families": dict(fams)}
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -197,15 +198,23 @@ def render_report(store, out_dir: Path) -> dict:
 
     heldout = _heldout(store)
     families = []
-    for fam, items in (heldout or {}).items():
-        inst = sorted({r["instance"] for r in items})
-        conds = sorted({r["condition"] for r in items})
-        vals = {(r["instance"], r["condition"]): r["speedup"] for r in items if r["speedup"] is not None}
+    for fam, items in (heldout or {"families": {}})["families"].items():
+        conds = heldout["conditions"]
+        inst = [r["instance"] for r in items]
+        vals, ivals = {}, {}
+        for r in items:
+            for c, cell in zip(conds, r["cells"]):
+                if cell and cell["status"] == "PASSED":
+                    vals[(r["instance"], c)] = cell["speedup"]
+                    if cell.get("ci95") and None not in cell["ci95"]:
+                        ivals[(r["instance"], c)] = tuple(cell["ci95"])
         path, chart = site.chart_rel(f"heldout-{''.join(c if c.isalnum() else '_' for c in fam)}.svg")
         out["charts"].append(charts.grouped_bars(path, inst, conds, vals, f"held-out: {fam}",
-                                                 "speedup over the reference (x)"))
-        families.append({"family": fam, "rows": items, "chart": chart})
-    out["heldout"] = site.page("heldout.j2", "heldout.html", table=HELDOUT_TABLE, present=heldout is not None,
+                                                 "speedup over the reference (x), 95% interval", intervals=ivals))
+        families.append({"family": fam, "rows": items, "chart": chart,
+                         "summary": heldout["report"]["summary"]["families"].get(fam, {})})
+    out["heldout"] = site.page("heldout.j2", "heldout.html", present=heldout is not None,
+                               report=(heldout or {}).get("report"), conditions=(heldout or {}).get("conditions", []),
                                families=families, title="Held-out evaluation")
 
     runs = []

@@ -172,3 +172,94 @@ def format_skill_stats(st: dict) -> str:
                       + ", ".join(f"{k} {v}" for k, v in sorted(st["admission"].items())),
                       f"with a recorded risk: {st['with_risks']}; with static/probe/compile preconditions: "
                       f"{st['with_evidence_preconditions']}; probed: {st['probed']}"])
+
+
+# -- the held-out report -------------------------------------------------------------------------------
+
+def _cell(row: dict | None, failure_speedup: float) -> str:
+    if row is None:
+        return "-"
+    if row["status"] == "PASSED":
+        lo, hi = row.get("ci95") or (None, None)
+        ci = f" [{lo:.2f},{hi:.2f}]" if lo is not None and hi is not None else ""
+        return f"{row['speedup']:.3f}x{ci}"
+    if row["status"] == "FAILED":
+        return f"FAIL ({failure_speedup:g}x)"
+    return row["status"]
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.3f}x"
+
+
+def format_heldout(report: dict) -> str:
+    """The held-out report as plain text: per family a table of instances x conditions (speedup over
+    the reference [95% interval]), geomeans with failures counted, the comparisons and their verdict,
+    the audit in brief, what was not run or not replayed."""
+    cfg = report["config"]
+    conds = cfg["conditions"]
+    fail = cfg["failure_speedup"]
+    out = [f"held-out check {report['run_id']} ({report['root']}): {len(report['instances'])} instances, "
+           f"budget {cfg['budget']} candidates per instance and condition, {cfg['final_rounds']} final rounds, "
+           f"reference vendor mode {cfg['vendor']}"]
+    for env in report["environment"]:
+        out.append("environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
+    for note in report["library"].get("notes", []):
+        out.append("library: " + note)
+    out.append("speedup = reference time / kernel time, geomean of paired trial ratios; [95% interval over the final "
+               f"rounds' timing trials]; FAIL counts as {fail:g}x in geomeans")
+    width = max([len(i["instance"]) for i in report["instances"]] + [len("geomean (passed only)")])
+    summ = report["summary"]
+    for fam, agg in summ["families"].items():
+        out.append("")
+        out.append(f"== {fam}")
+        out.append(f"{'instance':<{width}}  " + "  ".join(f"{c:<22}" for c in conds) + "  reference")
+        for inst in report["instances"]:
+            if inst["family"] != fam:
+                continue
+            ref = inst.get("reference") or {}
+            out.append(f"{inst['instance']:<{width}}  "
+                       + "  ".join(f"{_cell(inst['conditions'].get(c), fail):<22}" for c in conds)
+                       + f"  {ref.get('used', '-')}: {ref.get('name', '-')}")
+        for label, key in (("geomean", "geomean"), ("geomean (passed only)", "geomean_success_only")):
+            out.append(f"{label:<{width}}  " + "  ".join(f"{_x(agg[c][key]):<22}" for c in conds))
+        out.append(f"{'passed/failed':<{width}}  " + "  ".join(f"{agg[c]['passed']}/{agg[c]['failed']:<20}" for c in conds))
+        out.append(f"{'>= reference':<{width}}  " + "  ".join(
+            f"{agg[c]['at_or_above_reference']} ({agg[c]['above_reference_beyond_noise']} beyond noise){'':<6}" for c in conds))
+    out.append("")
+    out.append("== overall")
+    for c in conds:
+        a = summ["overall"][c]
+        out.append(f"{c:<16} geomean {_x(a['geomean'])} (passed only {_x(a['geomean_success_only'])}), "
+                   f"{a['passed']} passed, {a['failed']} failed, {a['at_or_above_reference']} at or above the reference"
+                   + (f"; not counted: {', '.join(a['not_counted'])}" if a["not_counted"] else ""))
+    out.append("")
+    out.append("== skills against the others (geomean ratio [95% interval, timing noise only])")
+    for c in summ["comparisons"]:
+        lo, hi = c["ci95"]
+        out.append(f"{c['scope']:<10} skills / {c['b']:<16} {c['ratio']:.3f}x [{lo:.3f},{hi:.3f}] over "
+                   f"{c['instances']} instances: {c['verdict']}")
+    out.append("verdict: " + summ["verdict"])
+    audit = report["audit"]
+    ov = audit["library_overlap"]
+    out.append("")
+    out.append(f"== memorization audit: library overlap {'none' if ov['clean'] else 'FOUND'}")
+    for q in ov["queries"]:
+        out.append(f"  {len(q['rows'])} rows: {q['check']}")
+    cs = ov["cases"]
+    out.append(f"  {len(cs['same_case'])} same cases, {len(cs['same_sizes_other_operator'])} equal sizes of another "
+               f"operator or dtype ({cs['heldout_cases']} held-out cases vs {cs['library_cases']} library cases)")
+    sim = audit["similarity"]
+    out.append(f"  code similarity: {sim['kernels']} produced kernels x {sim['experts']} expert files "
+               f"(winnowing k={sim['method']['k']}, window {sim['method']['window']}); highest pairs:")
+    for p in sim["top_pairs"][:8]:
+        out.append(f"    {p['kernel']} ({', '.join(p['used_by'])[:60]}) ~ {p['expert']}: jaccard {p['jaccard']:.3f}, "
+                   f"containment {p['containment']:.3f}")
+    for su in audit["skills_used"]:
+        names = ", ".join(f"{s['skill']}{' (kept)' if s['kept'] else ''} <- {'/'.join(s['mined_from']) or '?'}"
+                          for s in su["skills"])
+        out.append(f"  skills used {su['instance']}/{su['condition']}: {names[:300]}")
+    for key, label in (("not_run", "not run"), ("missing", "not replayed (no record)")):
+        for m in report[key]:
+            out.append(f"{label}: {m['instance']}/{m['condition']}: {m['reason'][:200]}")
+    return "\n".join(out)

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import duckdb
 
 from klineage.errors import StoreError
+from klineage.store.heldout import HeldoutMixin
 from klineage.store.library import ApplyMixin, LibraryMixin, PipelineRunsMixin
 from klineage.store.migrations import migrate
 
@@ -173,7 +174,7 @@ def open_store(path: str | Path = MEMORY) -> "Store":
     return Store(con, target)
 
 
-class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin):
+class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin, HeldoutMixin):
     """Kernels, workloads and evaluations in one DuckDB database. Make one with ``open_store``."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, path: str = MEMORY):
@@ -340,20 +341,26 @@ class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin):
                        if all(k in r["request"] and r["request"][k] == v for k, v in want.items())]
         return records
 
-    def export_evaluations(self, path: str | Path, **filters) -> int:
-        """Write the matching records (find_evaluations filters) as JSON Lines sorted by eval_key;
+    def export_evaluations(self, path: str | Path, workload_hashes: list[str] | None = None, **filters) -> int:
+        """Write the matching records (find_evaluations filters; `workload_hashes`: records of any of
+        these workloads) as JSON Lines sorted by eval_key, gzip-compressed when the path ends in .gz;
         returns how many. The file is replaced atomically: a crash leaves the old file or the new."""
-        records = sorted(self.find_evaluations(**filters), key=lambda r: r["eval_key"])
+        if workload_hashes is None:
+            records = self.find_evaluations(**filters)
+        else:
+            records = [r for h in sorted(set(workload_hashes)) for r in self.find_evaluations(workload_hash=h, **filters)]
+        records = sorted(records, key=lambda r: r["eval_key"])
         p = Path(path)
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
             try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    for r in records:
-                        f.write(_dumps(r) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
+                with os.fdopen(fd, "wb") as raw:
+                    text = "".join(_dumps(r) + "\n" for r in records).encode("utf-8")
+                    # mtime 0: the same records give the same bytes
+                    raw.write(gzip.compress(text, mtime=0) if p.suffix == ".gz" else text)
+                    raw.flush()
+                    os.fsync(raw.fileno())
                 os.replace(tmp, p)
             except BaseException:
                 try:

@@ -142,6 +142,32 @@ CREATE TABLE pipeline_runs (
     summary_json TEXT
 );
 """),
+    ("0005_heldout", """
+CREATE TABLE heldout_runs (
+    run_id      TEXT PRIMARY KEY,
+    root        TEXT NOT NULL,
+    config_json TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    report_json TEXT,
+    started_at  TIMESTAMP,
+    ended_at    TIMESTAMP
+);
+CREATE TABLE heldout_results (
+    run_id       TEXT NOT NULL,
+    instance     TEXT NOT NULL,
+    condition    TEXT NOT NULL,
+    family       TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    speedup      DOUBLE,
+    ci_low       DOUBLE,
+    ci_high      DOUBLE,
+    latency_us   DOUBLE,
+    reference_us DOUBLE,
+    kernel_hash  TEXT,
+    record_json  TEXT NOT NULL,
+    PRIMARY KEY (run_id, instance, condition)
+);
+"""),
 ]
 
 _TABLE = "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMP)"

@@ -13,8 +13,16 @@ def recorded_files(root: Path | None = None) -> list[Path]:
 
 def import_recorded(store, root: Path | None = None) -> tuple[int, int]:
     """Import every shipped record file into `store` (idempotent); (inserted, skipped)."""
+    return import_paths(store, [Path(root or settings.recorded_dir())])
+
+
+def import_paths(store, paths) -> tuple[int, int]:
+    """Import record files, or every record file of the folders among `paths`; (inserted, skipped).
+    A path that does not exist is passed over (nothing recorded there yet)."""
     ins = skip = 0
-    for f in recorded_files(root):
-        i, s = store.import_evaluations(f)
-        ins, skip = ins + i, skip + s
+    for p in map(Path, paths):
+        files = recorded_files(p) if p.is_dir() else [p] if p.is_file() else []
+        for f in files:
+            i, s = store.import_evaluations(f)
+            ins, skip = ins + i, skip + s
     return ins, skip

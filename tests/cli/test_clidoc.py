@@ -26,5 +26,5 @@ def test_every_listing_command_has_json_and_long_runs_have_quiet():
         params = {p.name for p in cmd.params}
         if name.split()[-1] in ("list", "show", "stats", "why", "toolchain"):
             assert "as_json" in params, name
-    for name in ("klineage mine", "klineage run", "klineage apply"):
+    for name in ("klineage mine", "klineage run", "klineage apply", "klineage heldout"):
         assert {"as_json", "quiet"} <= {p.name for p in cmds[name].params}, name

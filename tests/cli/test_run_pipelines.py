@@ -1,4 +1,4 @@
-"""`klineage run PIPELINE.toml`: strict validation of mine and apply pipelines (an unknown key is an
+"""`klineage run PIPELINE.toml`: strict validation of mine, apply and heldout pipelines (an unknown key is an
 error naming the key), the apply kind end to end with recorded evaluations, the run recorded with its
 configuration. The corpus replay through `run` is tests/test_shipped_library.py's fixture."""
 from __future__ import annotations
@@ -34,7 +34,11 @@ def test_mine_pipeline_is_the_mine_configuration():
 
 @pytest.mark.parametrize("text,needle", [
     ('kind = "mine"\nbogus = 1\n[[target]]\npaths = ["expert_kernels"]\n', "unknown key 'bogus'"),
-    ('kind = "heldout"\n', "kind = 'heldout'"),
+    ('kind = "heldout"\nbogus = 1\n', "unknown key 'bogus'"),
+    ('kind = "held-out"\n', "kind = 'held-out'"),
+    ('kind = "heldout"\n[heldout]\nbudget = "many"\n', "heldout.budget = 'many'"),
+    ('kind = "heldout"\n[heldout]\nconditions = ["skills", "magic"]\n', "'magic' is not one of"),
+    ('kind = "heldout"\n[gate]\ntrials = 1\n', "gate.trials = 1"),
     ('kind = "apply"\n[apply]\nworkload = "apply_workloads/gelu"\nstart = "apply_workloads/gelu/naive.cu"\nspeed = 2\n',
      "unknown key apply.speed"),
     ('kind = "apply"\nextra = 1\n[apply]\nworkload = "x"\nstart = "y"\n', "unknown key 'extra'"),

@@ -4,8 +4,8 @@
   skill pages carry every card section; every local link and image resolves (anchors included),
   and nothing points outside the folder;
 - charts are SVG files written by matplotlib;
-- the held-out page says plainly that no results exist, and charts them per family once a
-  heldout_results table holds rows;
+- the held-out page says plainly that no results exist, and shows the newest stored held-out report
+  (charts per family with intervals, tables, verdict, audit) once one exists;
 - in headless Chromium (skipped when no Chromium binary is found) the index, a lineage page and a
   skill page load without a console message, their DOM holds the charts, and their screenshots are
   PNGs (kept under $KLINEAGE_REPORT_SHOTS when that is set).
@@ -151,23 +151,41 @@ def test_site_pages_charts_and_links(site):
     assert "http" not in (out / "style.css").read_text()
 
 
-def test_heldout_results_charted_per_family(tmp_path):
-    store = open_store(tmp_path / "h.duckdb")
+@pytest.mark.nvcc
+def test_heldout_report_charted_per_family(tmp_path, monkeypatch):
+    """The page shows the newest stored held-out report: per family a chart with intervals and the
+    instance x condition table, the comparisons and verdict, the audit's queries, what was not run."""
+    from klineage.gate.gate import Gate
+    from klineage.heldout import HeldoutConfig, load_instances, run_heldout
+    from tests.heldout.support import FIXTURES, make_library, script_gpu
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    script_gpu(monkeypatch)
+    store = open_store(make_library(tmp_path / "lib.duckdb"))
+    gate = Gate(store)
     try:
-        store._query("CREATE TABLE heldout_results (family TEXT, instance TEXT, condition TEXT, "
-                     "latency_us DOUBLE, reference_us DOUBLE)")
-        store._query("INSERT INTO heldout_results VALUES "
-                     "('softmax', 'rows=1024', 'naive', 200.0, 100.0), ('softmax', 'rows=1024', 'with_skills', 80.0, 100.0), "
-                     "('softmax', 'rows=4096', 'with_skills', 300.0, 330.0), ('layernorm', 'n=8192', 'naive', 50.0, 40.0)")
+        report = run_heldout(store, gate, load_instances(FIXTURES),
+                             HeldoutConfig(budget=4, conditions=("idiom", "skills", "control-random", "llm")), FIXTURES,
+                             llm_reason="not run: no key in this test")
+    finally:
+        gate.close()
+        store.close()
+    store = open_store(tmp_path / "h.duckdb")  # no lineages or skills: only the held-out page has content
+    try:
+        store.put_heldout_run({"run_id": report["run_id"], "root": report["root"], "config": report["config"],
+                               "status": "complete", "report": report})
         res = render_report(store, tmp_path / "site")
     finally:
         store.close()
     assert res["lineages"] == [] and res["skills"] == []
-    assert len(res["charts"]) == 2 and all(_is_matplotlib_svg(c) for c in res["charts"])
+    assert len(res["charts"]) == 3 and all(_is_matplotlib_svg(c) for c in res["charts"])
     pg = Page(res["heldout"])
-    assert "no-heldout" not in pg.ids and len(pg.imgs) == 2
+    assert "no-heldout" not in pg.ids and len(pg.imgs) == 3
+    assert {"verdict", "comparisons", "audit", "not-run", "definitions"} <= pg.ids
     text = res["heldout"].read_text()
-    assert "softmax" in text and "layernorm" in text and "1.250x" in text  # 100 / 80
+    rms = next(i for i in report["instances"] if i["instance"] == "rms_tiny")["conditions"]["skills"]
+    assert "rms_tiny" in text and f"{rms['speedup']:.3f}x" in text and f"{rms['ci95'][0]:.3f}" in text
+    assert "SELECT lineage_id, workload_name, proposer FROM lineages" in text and "not run: no key in this test" in text
 
 
 def test_apply_and_baseline_runs_have_a_page(tmp_path):

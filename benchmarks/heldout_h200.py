@@ -1,0 +1,196 @@
+"""The held-out check on a GPU machine: `klineage heldout` over heldout/ with every condition (llm
+listed as not run without a key), its evaluations exported for a CPU replay, and the environment.
+
+    python benchmarks/heldout_h200.py --out DIR [--config pipelines/heldout.toml] [--db PATH]
+        [--families gemm,attention,reduction] [--instances NAME,...] [--budget N] [--conditions ...]
+        [--vendor auto|primary|fallback] [--seed-recorded PATH ...] [--time-limit S] [--prebuild] [--tag NAME]
+
+Writes under DIR:
+  environment.json              GPU and driver (nvidia-smi), nvcc, python, torch, triton, flag_gems, duckdb
+  heldout_h200_<tag>.jsonl.gz   every evaluation of the selected instances (primary and fallback
+                                references), what `klineage heldout --replay --records` reads
+  report/heldout.json, report/heldout.txt, report/kernels/   the report (klineage.heldout.report schema)
+  heldout_h200_<tag>.json       this call: arguments, wall time, whether the time limit cut it, exported count
+The database (--db, default /tmp/klineage_heldout_h200.duckdb, a copy of skills_db/skills.duckdb made
+when missing) stays outside DIR, so a later call on a still-warm machine resumes from it.
+The run can be split over device calls: a call cut by --time-limit (or SIGTERM from `timeout`) exports
+what it measured and exits 3; the next call with --seed-recorded pointing at the exported files (copied
+into the repository, e.g. benchmarks/results/heldout_h200/) reuses every recorded evaluation and goes on.
+<tag> defaults to the family / instance filter ("all" without one).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+class TimeLimit(BaseException):
+    """The time limit or SIGTERM: a BaseException, so no `except Exception` inside the run records it as a step."""
+
+
+def environment() -> dict:
+    """GPU, driver and toolchain facts of this machine (missing tools are recorded as missing)."""
+    def run(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"unavailable ({type(exc).__name__})"
+
+    def dist(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+    return {"nvidia_smi": run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,"
+                                             "clocks.max.mem,power.limit", "--format=csv,noheader"]),
+            "nvcc": run(["nvcc", "--version"]).splitlines()[-2:],
+            "python": platform.python_version(), "torch": dist("torch"), "triton": dist("triton"),
+            "flag_gems": dist("flag_gems") or dist("flag-gems"), "sqlalchemy": dist("sqlalchemy"),
+            "duckdb": dist("duckdb"), "tree_sitter": dist("tree-sitter"), "libclang": dist("libclang"),
+            "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def prebuild(instances, cfg, library, sources) -> dict:
+    """Compile in parallel every kernel the conditions will gate first: each start kernel and every
+    sweep point (steered by the library, by the foreign library, unsteered, and the random draws)."""
+    from klineage.apply.materialize import point_flags, random_points, sweep_points
+    from klineage.gate.compile import compile_kernel
+    from klineage.heldout.run import foreign_library, random_seed
+
+    jobs = {}
+    for inst in instances:
+        for _, src in inst.starts.values():
+            jobs[(src, ())] = None
+        idiom = inst.starts["idiom"][1]
+        foreign = foreign_library(library, sources, cfg.foreign.get(inst.family, ()))
+        pts = (sweep_points(idiom, library) + sweep_points(idiom, foreign) + sweep_points(idiom, [])
+               + random_points(idiom, cfg.budget, random_seed(cfg.seed, inst.name)))
+        for p in pts:
+            jobs[(idiom, point_flags(p))] = None
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        res = list(pool.map(lambda j: compile_kernel(j[0], extra_flags=j[1]), jobs))
+    return {"kernels": len(res), "ok": sum(r.ok for r in res), "cached": sum(r.cached for r in res),
+            "wall_s": round(time.perf_counter() - t0, 1), "jobs": os.cpu_count()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--config", type=Path, default=ROOT / "pipelines" / "heldout.toml")
+    ap.add_argument("--db", type=Path, default=Path("/tmp/klineage_heldout_h200.duckdb"),
+                    help="the run's database, a copy of the library made when missing (outside DIR: a warm machine's "
+                         "next call resumes from it)")
+    ap.add_argument("--families", default=None)
+    ap.add_argument("--instances", default=None)
+    ap.add_argument("--budget", type=int, default=None)
+    ap.add_argument("--conditions", default=None)
+    ap.add_argument("--vendor", choices=("auto", "primary", "fallback"), default=None)
+    ap.add_argument("--seed-recorded", nargs="*", type=Path, default=[],
+                    help="record files or folders of earlier calls to import first")
+    ap.add_argument("--time-limit", type=float, default=None, help="seconds; then export and exit 3")
+    ap.add_argument("--prebuild", action="store_true")
+    ap.add_argument("--tag", default=None)
+    ns = ap.parse_args()
+    import dataclasses
+
+    from klineage.gate.gate import Gate
+    from klineage.heldout import load_instances, run_heldout, write_outputs
+    from klineage.heldout.instances import fallback_hash
+    from klineage.heldout.run import llm_status, skill_sources
+    from klineage.pipelines import load_pipeline
+    from klineage.store import open_store
+    from klineage.store.recorded import import_paths
+
+    split = lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None  # noqa: E731
+    families, names = split(ns.families), split(ns.instances)
+    tag = ns.tag or "_".join(names or families or ["all"])
+    ns.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    env = environment()
+    (ns.out / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
+    print("environment:", json.dumps(env), flush=True)
+
+    hp = load_pipeline(ns.config).run
+    over = {k: v for k, v in (("budget", ns.budget), ("vendor", ns.vendor)) if v is not None}
+    if ns.conditions:
+        over["conditions"] = tuple(split(ns.conditions))
+    hp.config = dataclasses.replace(hp.config, **over)
+    instances = load_instances(hp.root, families, names)
+    db = ns.db
+    if not db.exists():
+        shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
+    store = open_store(db)
+    seeded = import_paths(store, ns.seed_recorded) if ns.seed_recorded else None
+    hashes = sorted({i.workload.content_hash for i in instances}
+                    | {fallback_hash(i.workload.content_hash) for i in instances if i.has_fallback})
+    pre = None
+    if ns.prebuild:
+        lib = store.skills()
+        pre = prebuild(instances, hp.config, lib, skill_sources(store, lib))
+        print("prebuild:", pre, flush=True)
+
+    def stop(*_):
+        raise TimeLimit
+    signal.signal(signal.SIGTERM, stop)
+    if ns.time_limit:
+        signal.signal(signal.SIGALRM, stop)
+        signal.setitimer(signal.ITIMER_REAL, max(1.0, ns.time_limit - (time.perf_counter() - t0)))
+    gate = Gate(store, hp.config.gate_config())
+    llm, reason = llm_status(False, hp.config.model, hp.config.budget_usd)
+
+    def progress(event, **kw):
+        if event == "row":
+            r = kw["row"]
+            sp = f"{r['speedup']:.3f}x {r.get('ci95')}" if r.get("speedup") else ""
+            print(f"{time.perf_counter() - t0:7.1f}s {r['instance']} {r['condition']}: {r['status']} {sp} "
+                  f"{(r.get('reason') or '')[:160]}", flush=True)
+
+    cut, report, failure = False, None, None
+    try:
+        report = run_heldout(store, gate, instances, hp.config, hp.root, llm=llm, llm_reason=reason, progress=progress)
+        write_outputs(report, store, ns.out / "report")
+    except TimeLimit:
+        cut = True
+        print("time limit: stopping and exporting what was measured", flush=True)
+    except Exception as exc:  # a bug or a lost device: keep what was measured, then fail
+        failure = f"{type(exc).__name__}: {exc}"
+        print("failed:", failure, flush=True)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            gate.close()
+        except Exception:  # noqa: BLE001 - closing a worker must not lose the export
+            pass
+        n = store.export_evaluations(ns.out / f"heldout_h200_{tag}.jsonl.gz", workload_hashes=hashes)
+        store.close()
+    record = {"benchmark": "heldout_h200", "args": {k: str(v) for k, v in vars(ns).items()}, "tag": tag,
+              "config": hp.config.to_dict(), "instances": [i.name for i in instances], "environment": env,
+              "seeded_from_recorded": seeded, "prebuild": pre, "exported_evaluations": n,
+              "cut_by_time_limit": cut, "failure": failure, "wall_s": round(time.perf_counter() - t0, 1),
+              "run_id": report["run_id"] if report else None,
+              "verdict": report["summary"]["verdict"] if report else None}
+    (ns.out / f"heldout_h200_{tag}.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+    print(f"exported {n} evaluations; wall {record['wall_s']} s", flush=True)
+    if report:
+        from klineage.report.text import format_heldout
+        print(format_heldout(report), flush=True)
+    return 3 if cut else (1 if failure else 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

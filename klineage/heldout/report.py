@@ -1,0 +1,232 @@
+"""The held-out report: per instance and condition, summaries per family and overall, the comparisons
+of `skills` with its controls, and the memorization audit. A pure function of the stored rows, the
+library and the source files: a replay that finds the same records writes the same report (nothing in
+it depends on the clock, the host or whether an evaluation was live, stored or replayed).
+
+Schema (klineage.heldout/1), top level:
+  schema, run_id, root, config, definitions, environment (distinct GPU/toolchain facts of the final
+  evaluations), library {skills, lineages, foreign: {family: [skill names]}},
+  instances [{instance, family, dtypes, benchmark_cases, starts {kind: {path, kernel_hash}}, reference
+              {used, name, reason}, conditions {condition: row}}],
+  summary {families {family: {condition: aggregate}}, overall {condition: aggregate},
+           comparisons [{scope, a, b, instances, ratio, ci95, verdict}], verdict},
+  audit {library_overlap {clean, queries [{check, sql, params, rows}], cases {...}},
+         similarity {method, experts, kernels, per_kernel [...], top_pairs [...]},
+         skills_used [{instance, condition, skills [{skill, skill_id, uses, kept, mined_from}]}]},
+  missing [{instance, condition, reason}], not_run [{instance, condition, reason}]
+A row: status PASSED | FAILED | NOT_RUN | MISSING, reason, reference, speedup, ci95, df, log_var,
+n_trials, latency_us, reference_us, per_shape [{shape, speedup, ci95, n, trial_ratios, latency_us,
+reference_us, gate_speedups}], correctness {seeds, shapes, rounds [...]}, kernel_hash, produced_hash,
+flags, final_eval_keys, arms [...], evaluations_used, budget, library, skills_used, env.
+An aggregate: instances, passed, failed, not_counted, geomean (failures counted), geomean_success_only,
+at_or_above_reference, above_reference_beyond_noise.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from klineage import settings
+from klineage.apply.retrieve import workload_facts
+from klineage.gate.gate import kernel_hash
+from klineage.heldout import similarity, stats
+from klineage.heldout.instances import FAMILIES, Instance, fallback_hash
+from klineage.heldout.run import foreign_library, produced_source
+from klineage.workload import ALIAS_KEY, OFFSET_KEY
+
+SCHEMA = "klineage.heldout/1"
+CONTROLS = ("control-random", "control-foreign")
+TOP_PAIRS = 15
+
+
+def definitions(cfg) -> dict:
+    return {
+        "speedup": "reference time / kernel time. Per benchmark shape: the geometric mean of the paired trial ratios "
+                   "(reference trial median / kernel trial median; in each timing trial the gate alternates the two "
+                   "call by call in the same worker) over every trial of the final rounds; per instance the geometric "
+                   "mean over its benchmark shapes.",
+        "ci95": f"Student t interval of the log trial ratios: over {cfg.final_rounds} final rounds (each a worker process "
+                f"of its own) x {cfg.to_dict()['timing']['trials']} trials per benchmark shape. It is timing noise only, "
+                "not variation over instances.",
+        "correctness": "each final round checks every benchmark and probe shape at the gate's seeds (GateConfig.seeds); "
+                       "a row is PASSED only when every final round passed every shape and seed.",
+        "failures": f"a condition that produced no correct kernel, or whose final kernel failed a final round, is FAILED "
+                    f"and counts in geomeans at {cfg.failure_speedup}x (not dropped); geomean_success_only leaves failures "
+                    "out, for comparison with success-only figures. NOT_RUN and MISSING rows are not counted and are listed.",
+        "budget": f"at most {cfg.budget} candidate kernels gated per instance and condition (summed over arms); the start "
+                  "kernel's evaluation, the round-2 re-measure of a faster candidate and the check of a baked sweep "
+                  "winner are not counted (every condition gets them alike); the final rounds are the measurement.",
+        "control-random": "sweep of the idiom kernel over points drawn at random, seeded per instance (sha256 of seed and "
+                          "instance name), from the sweep's own axes: each axis's default and neighbours; no library.",
+        "control-foreign": "the skills procedure with the library cut to skills whose every source workload has a family "
+                           f"in the instance family's foreign list: {json.dumps(cfg.foreign, sort_keys=True)}.",
+        "beyond_noise": "A against B on a set of instances: the geometric mean of A's speedup over B's, with a 95% interval "
+                        "from both rows' timing variances (t with the smallest df); 'faster beyond the timing noise' when "
+                        "the whole interval is above 1. Rows with the same final measurement differ by exactly 0.",
+        "at_or_above_reference": "PASSED rows with speedup >= 1.0 (above_reference_beyond_noise: ci95 entirely above 1).",
+    }
+
+
+def summarize(rows: list[dict], cfg) -> dict:
+    conds = list(cfg.conditions)
+    fams = sorted({r["family"] for r in rows}, key=lambda f: FAMILIES.index(f) if f in FAMILIES else 99)
+    scopes = [(f, [r for r in rows if r["family"] == f]) for f in fams] + [("overall", rows)]
+    out = {"families": {}, "overall": {}, "comparisons": []}
+    for scope, rs in scopes:
+        agg = {c: stats.aggregate([r for r in rs if r["condition"] == c], cfg.failure_speedup) for c in conds}
+        if scope == "overall":
+            out["overall"] = agg
+        else:
+            out["families"][scope] = agg
+        if "skills" in conds:
+            a = [r for r in rs if r["condition"] == "skills"]
+            for b in [*CONTROLS, "idiom", "llm"]:
+                if b in conds:
+                    cmp = stats.compare(a, [r for r in rs if r["condition"] == b], cfg.failure_speedup)
+                    if cmp:
+                        out["comparisons"].append({"scope": scope, "a": "skills", "b": b, **cmp})
+    out["verdict"] = _verdict(out["comparisons"], fams, conds)
+    return out
+
+
+def _verdict(comps: list[dict], fams: list[str], conds: list[str]) -> str:
+    if "skills" not in conds or not any(c in conds for c in CONTROLS):
+        return "skills and a control were not both run: no comparison"
+    ctrls = [c for c in CONTROLS if c in conds]
+    faster = {(c["scope"], c["b"]) for c in comps if c["verdict"] == "faster beyond the timing noise"}
+    both = [f for f in fams if all((f, b) in faster for b in ctrls)]
+    parts = []
+    if both:
+        parts.append(f"skills is faster than {' and '.join(ctrls)} beyond the timing noise on: {', '.join(both)}.")
+    else:
+        parts.append(f"skills does not beat {' and '.join(ctrls)} beyond the timing noise on any family.")
+    for b in ctrls:
+        fs = [f for f in fams if (f, b) in faster]
+        slower = [c["scope"] for c in comps if c["b"] == b and c["scope"] != "overall"
+                  and c["verdict"] == "slower beyond the timing noise"]
+        parts.append(f"Against {b}: faster beyond noise on {', '.join(fs) or 'no family'}"
+                     + (f"; slower beyond noise on {', '.join(slower)}" if slower else "") + ".")
+    return " ".join(parts)
+
+
+# -- the memorization audit ----------------------------------------------------------------------------
+
+def _dims(shape: dict) -> list[int]:
+    return sorted(v for k, v in shape.items() if k not in (OFFSET_KEY, ALIAS_KEY))
+
+
+def case_audit(store, instances: list[Instance]) -> dict:
+    """Held-out benchmark cases against every case a library lineage measured. A case is the same
+    when operator family, dtypes and the multiset of sizes all agree; equal sizes of another
+    operator or dtype are listed apart, as coincidences."""
+    lib = store.lineage_cases()
+    same, dims_only = [], []
+    for inst in instances:
+        for shape in inst.workload.benchmark_cases:
+            d = _dims(shape)
+            for c in lib:
+                if _dims(c["shape"]) != d:
+                    continue
+                fam, dts = workload_facts(c["workload"])
+                entry = {"instance": inst.name, "shape": shape, "library_workload": c["workload"],
+                         "library_shape": c["shape"], "library_family": fam, "library_dtypes": list(dts)}
+                (same if fam == inst.family and set(dts) == set(inst.workload.dtypes) else dims_only).append(entry)
+    return {"rule": "same case = same operator family, same dtypes and the same sizes (as a multiset)",
+            "library_cases": len(lib), "heldout_cases": sum(len(i.workload.benchmark_cases) for i in instances),
+            "same_case": same, "same_sizes_other_operator": dims_only}
+
+
+def overlap_audit(store, instances: list[Instance], rows: list[dict], root: Path) -> dict:
+    names = sorted(i.name for i in instances)
+    whashes = sorted({i.workload.content_hash for i in instances}
+                     | {fallback_hash(i.workload.content_hash) for i in instances if i.has_fallback})
+    khashes = sorted({kernel_hash(src) for i in instances for _, src in i.starts.values()}
+                     | {r[k] for r in rows for k in ("kernel_hash", "produced_hash") if r.get(k)})
+    prefixes = sorted({settings.display_path(root).rstrip("/") + "/", str(Path(root).resolve()) + "/"})
+    queries = store.library_overlap(names, whashes, khashes, prefixes)
+    cases = case_audit(store, instances)
+    return {"clean": all(not q["rows"] for q in queries) and not cases["same_case"], "queries": queries, "cases": cases}
+
+
+def similarity_audit(store, rows: list[dict], expert_root: Path | None = None, top: int = TOP_PAIRS) -> dict:
+    """Every produced kernel (the final kernel of every row, as it ran) against every expert source
+    file: the best match per kernel and the highest pairs overall."""
+    root = Path(expert_root or settings.expert_dir())
+    experts = {settings.display_path(p): similarity.fingerprints(p.read_text(errors="replace"))
+               for p in sorted(root.rglob("*.cu"))}
+    produced: dict[str, dict] = {}
+    for r in rows:
+        if not r.get("kernel_hash"):
+            continue
+        k = store.get_kernel(r["kernel_hash"])
+        if k is None:
+            continue
+        src = produced_source(k["source"], r.get("flags"))
+        p = produced.setdefault(r["produced_hash"], {"source": src, "used_by": []})
+        p["used_by"].append(f"{r['instance']}/{r['condition']}")
+    per_kernel, pairs = [], []
+    for h, p in sorted(produced.items()):
+        fp = similarity.fingerprints(p["source"])
+        scored = sorted(((similarity.score(fp, e), path) for path, e in experts.items()),
+                        key=lambda x: (-x[0].jaccard, -x[0].containment, x[1]))
+        for sc, path in scored[:top]:
+            pairs.append({"kernel": h[:12], "used_by": sorted(p["used_by"]), "expert": path,
+                          "jaccard": round(sc.jaccard, 4), "containment": round(sc.containment, 4), "shared": sc.shared})
+        best_sc, best_path = scored[0] if scored else (similarity.Score(0.0, 0.0, 0), None)
+        per_kernel.append({"kernel": h[:12], "used_by": sorted(p["used_by"]), "fingerprints": len(fp),
+                           "best_expert": best_path, "jaccard": round(best_sc.jaccard, 4),
+                           "containment": round(best_sc.containment, 4)})
+    pairs.sort(key=lambda x: (-x["jaccard"], -x["containment"], x["kernel"], x["expert"]))
+    return {"method": similarity.METHOD, "expert_root": settings.display_path(root), "experts": len(experts),
+            "kernels": len(produced), "per_kernel": per_kernel, "top_pairs": pairs[:top]}
+
+
+def _library_notes(foreign: dict[str, list[str]], n: int, cfg) -> list[str]:
+    """What the foreign map makes of this library, where it makes a control degenerate."""
+    if "control-foreign" not in cfg.conditions:
+        return []
+    notes = []
+    for fam, names in foreign.items():
+        if not names:
+            notes.append(f"no skill of the library is foreign to {fam}: its control-foreign ran without skills "
+                         "(an unsteered sweep, no rules)")
+        elif len(names) == n:
+            notes.append(f"every skill of the library ({n}) is foreign to {fam}: its control-foreign retrieves from the "
+                         "same library as skills, so the two coincide there")
+    return notes
+
+
+# -- the whole report --------------------------------------------------------------------------------
+
+def build_report(store, run_id: str, root: Path, cfg, instances: list[Instance], rows: list[dict],
+                 library: list[dict], sources: dict) -> dict:
+    by = {(r["instance"], r["condition"]): r for r in rows}
+    insts = []
+    for inst in instances:
+        conds = {c: by[(inst.name, c)] for c in cfg.conditions if (inst.name, c) in by}
+        insts.append({
+            "instance": inst.name, "family": inst.family, "dtypes": list(inst.workload.dtypes),
+            "benchmark_cases": [dict(s) for s in inst.workload.benchmark_cases],
+            "starts": {k: {"path": rel, "kernel_hash": kernel_hash(src)} for k, (rel, src) in sorted(inst.starts.items())},
+            "reference": next((r["reference"] for r in conds.values() if r.get("reference")), None),
+            "conditions": conds})
+    envs = {json.dumps(r["env"], sort_keys=True) for r in rows if r.get("env")}
+    fams = sorted({i.family for i in instances}, key=FAMILIES.index)
+    foreign = {f: sorted(s["name"] for s in foreign_library(library, sources, cfg.foreign.get(f, ()))) for f in fams}
+    return {
+        "schema": SCHEMA, "run_id": run_id, "root": settings.display_path(root), "config": cfg.to_dict(),
+        "definitions": definitions(cfg),
+        "environment": [json.loads(e) for e in sorted(envs)],
+        "library": {"skills": len(library), "lineages": len(store.lineages()), "foreign": foreign,
+                    "notes": _library_notes(foreign, len(library), cfg)},
+        "instances": insts,
+        "summary": summarize(rows, cfg),
+        "audit": {"library_overlap": overlap_audit(store, instances, rows, root),
+                  "similarity": similarity_audit(store, rows),
+                  "skills_used": [{"instance": r["instance"], "condition": r["condition"], "skills": r["skills_used"]}
+                                  for r in rows if r.get("skills_used")]},
+        "missing": [{"instance": r["instance"], "condition": r["condition"], "reason": r["reason"]}
+                    for r in rows if r["status"] == "MISSING"],
+        "not_run": [{"instance": r["instance"], "condition": r["condition"], "reason": r["reason"]}
+                    for r in rows if r["status"] == "NOT_RUN"],
+    }

@@ -1,0 +1,501 @@
+"""`klineage heldout`: every held-out instance under every condition, behind the gate, into one report.
+
+Conditions, each built on the apply loop (klineage.apply.loop.apply) so that every candidate is
+gated, compared trial by trial, re-measured in a fresh worker before it is kept, and stored:
+
+  idiom            the instance's idiom-only kernel at its default configuration (no search);
+  skills           retrieval from the library + `sweep` on the idiom kernel (points steered by the
+                   retrieved skills' example configurations); for reductions with a naive start,
+                   then `rules` + `sweep` from the naive kernel with the budget left; the better arm
+                   (by its kept measurement in the search) is the result;
+  control-random   `sweep` on the idiom kernel over points drawn at random (seeded per instance)
+                   from the same axes' default and neighbours, the library unused;
+  control-foreign  exactly the `skills` procedure, the library cut to skills whose every source
+                   workload is of an unrelated family (config `foreign`: a family map);
+  llm              the llm materializer from the idiom kernel, only when a key is set; otherwise a
+                   row NOT_RUN with the reason.
+
+Budget: every condition may gate at most `budget` candidate kernels per instance (the apply loop's
+budget_steps, summed over arms). Not counted, and the same for every condition: the start kernel's
+own evaluation, the round-2 re-measure of a faster candidate and the check of a baked sweep winner.
+
+The reported figure of every condition is a final measurement of its final kernel: `final_rounds`
+gate evaluations (rounds 3, 4, ...), each in a worker process of its own, on every benchmark and
+probe shape at the gate's seeds; speedup and 95% interval as klineage.heldout.stats says. A
+condition whose final kernel fails any round is FAILED and counts in geomeans at `failure_speedup`.
+
+Reference: the instance's primary reference (FlagGems), or its VENDOR_FALLBACK (`vendor`): `auto`
+evaluates the idiom kernel against the primary and switches to the fallback only when that
+evaluation failed inside the reference (its error names the vendor call, flag_gems or triton);
+`primary` / `fallback` force one. Every row says which reference ran and why.
+
+A run's id is the hash of its inputs (instances by content, configuration, library); rows are
+written as each condition is decided, so the same command resumes a killed run, reusing decided
+rows and stored evaluations; a replay reads the recorded evaluations and gives the same report.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from klineage import settings
+from klineage.apply.loop import ApplyConfig, apply
+from klineage.apply.materialize import bake, tunables
+from klineage.apply.retrieve import workload_facts
+from klineage.errors import ReplayMissingError
+from klineage.gate.gate import DEFAULT_TIMING, Gate, GateConfig, GateResult, kernel_hash
+from klineage.heldout import stats
+from klineage.heldout.instances import FAMILIES, Instance
+
+CONDITIONS = ("idiom", "skills", "control-random", "control-foreign", "llm")
+COMPLETE = ("PASSED", "FAILED")  # decided rows a resumed run reuses
+FIRST_FINAL_ROUND = 3            # round 1: the search; round 2: the loop's re-measure
+MEMORY_BOUND = ("reduction", "elementwise", "scan", "selection", "transpose", "positional")
+TENSOR_CORE = ("gemm", "convolution", "attention")
+# "Unrelated" by the kind of work: tensor-core instances get skills mined only from memory-bound
+# operators, reductions get skills mined only from tensor-core operators.
+DEFAULT_FOREIGN = {"gemm": MEMORY_BOUND, "attention": MEMORY_BOUND, "reduction": TENSOR_CORE}
+ENV_KEYS = ("gpu", "capability", "sm_count", "driver", "nvcc", "torch", "torch_cuda", "triton",
+            "clock_max_sm_mhz", "clock_max_mem_mhz", "power_limit_w")
+
+
+@dataclass
+class HeldoutConfig:
+    conditions: tuple[str, ...] = CONDITIONS
+    budget: int = 12
+    seed: int = 0
+    final_rounds: int = 2
+    admission: bool = False   # 1 of the 25 shipped skills is admitted; the published code defaults it off too
+    vendor: str = "auto"      # auto | primary | fallback
+    failure_speedup: float = 0.1
+    foreign: dict = field(default_factory=lambda: {k: tuple(v) for k, v in DEFAULT_FOREIGN.items()})
+    timing: dict = field(default_factory=dict)  # overrides of the gate's timing settings
+    model: str | None = None
+    budget_usd: float | None = None
+
+    def __post_init__(self):
+        bad = sorted(set(self.conditions) - set(CONDITIONS))
+        if bad:
+            raise ValueError(f"unknown condition {bad[0]!r}: choose from {', '.join(CONDITIONS)}")
+        self.conditions = tuple(c for c in CONDITIONS if c in self.conditions)
+        if self.vendor not in ("auto", "primary", "fallback"):
+            raise ValueError(f"vendor {self.vendor!r}: choose auto, primary or fallback")
+        if self.budget < 0 or self.final_rounds < 1 or not 0 < self.failure_speedup < 1:
+            raise ValueError("budget >= 0, final_rounds >= 1 and 0 < failure_speedup < 1")
+        self.foreign = {k: tuple(sorted(v)) for k, v in sorted(self.foreign.items())}
+
+    def to_dict(self) -> dict:
+        return {"conditions": list(self.conditions), "budget": self.budget, "seed": self.seed,
+                "final_rounds": self.final_rounds, "admission": self.admission, "vendor": self.vendor,
+                "failure_speedup": self.failure_speedup, "foreign": {k: list(v) for k, v in self.foreign.items()},
+                "timing": {**DEFAULT_TIMING, **self.timing}, "model": self.model, "budget_usd": self.budget_usd}
+
+    def gate_config(self) -> GateConfig:
+        return GateConfig(timing={**DEFAULT_TIMING, **self.timing})
+
+
+def run_id_for(instances: list[Instance], cfg: HeldoutConfig, library: list[dict]) -> str:
+    blob = json.dumps({"instances": [i.identity() for i in instances], "config": cfg.to_dict(),
+                       "library": sorted(s["skill_id"] for s in library)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def random_seed(seed: int, instance: str) -> int:
+    """The random control's seed for one instance: its own stream, the same on every machine."""
+    return int(hashlib.sha256(f"{seed}:{instance}".encode()).hexdigest()[:8], 16)
+
+
+def llm_status(replay: bool, model: str | None = None, budget_usd: float | None = None,
+               env=os.environ) -> tuple[object | None, str | None]:
+    """(the llm materializer, None) when the llm condition can run; (None, the reason) when not."""
+    if not env.get("ANTHROPIC_API_KEY"):
+        return None, "not run: ANTHROPIC_API_KEY is not set (the llm condition runs only with a key)"
+    if replay:
+        return None, "not run: --replay, and the held-out check records no model exchanges to replay"
+    from klineage.apply import llm as llm_mod
+    backend = llm_mod.AnthropicBackend(model or llm_mod.DEFAULT_MODEL, env=env)
+    return llm_mod.LLMMaterializer(backend, budget_usd=budget_usd, model=model), None
+
+
+# -- the library, by family ----------------------------------------------------------------------------
+
+def skill_sources(store, library: list[dict]) -> dict[str, list[str]]:
+    """{skill_id: workloads it was mined from}: its evidence's lineages, and its cards' measured cases."""
+    by_evidence = store.skill_source_workloads()
+    out = {}
+    for s in library:
+        cases = {c.get("workload") for c in (s["card"].get("effects") or {}).get("per_case") or [] if c.get("workload")}
+        out[s["skill_id"]] = sorted(set(by_evidence.get(s["skill_id"], [])) | cases)
+    return out
+
+
+def foreign_library(library: list[dict], sources: dict[str, list[str]], families: tuple[str, ...]) -> list[dict]:
+    """The skills every one of whose source workloads has a family in `families` (a skill with an
+    unknown source family is never foreign)."""
+    keep = []
+    for s in library:
+        fams = {workload_facts(w)[0] for w in sources.get(s["skill_id"], [])}
+        if fams and "" not in fams and fams <= set(families):
+            keep.append(s)
+    return keep
+
+
+# -- the reference -------------------------------------------------------------------------------------
+
+_VENDOR_RE = re.compile(r"\bin vendor\b|flag_gems|triton", re.I)
+
+
+def implicates_reference(res: GateResult) -> bool:
+    """Whether a failed evaluation failed inside the performance reference, not the candidate."""
+    return res.status.value == "RUNTIME_ERROR" and bool(_VENDOR_RE.search(res.error_message or ""))
+
+
+def _last_line(text: str | None) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return (lines[-1] if lines else "")[:240]
+
+
+def select_reference(inst: Instance, gate: Gate, mode: str, replay: bool, origin: str):
+    """(workload, {"used", "name", "reason"}); ReplayMissingError when a replay lacks the record."""
+    primary = {"used": "primary", "name": inst.workload.vendor_name}
+    if mode == "primary":
+        return inst.workload, {**primary, "reason": "--vendor primary"}
+    if mode == "fallback":
+        if inst.has_fallback:
+            return inst.fallback(), {"used": "fallback", "name": inst.fallback_name, "reason": "--vendor fallback"}
+        return inst.workload, {**primary, "reason": "--vendor fallback, but the instance has no VENDOR_FALLBACK"}
+    res = gate.evaluate(inst.starts["idiom"][1], inst.workload, origin=origin, replay=replay)
+    if implicates_reference(res):
+        why = f"the primary reference failed while the idiom kernel was timed ({res.error_kind}: {_last_line(res.error_message)})"
+        if inst.has_fallback:
+            return inst.fallback(), {"used": "fallback", "name": inst.fallback_name, "reason": why}
+        return inst.workload, {**primary, "reason": why + "; the instance has no VENDOR_FALLBACK"}
+    if res.passed:
+        return inst.workload, {**primary, "reason": "auto: the primary reference ran"}
+    return inst.workload, {**primary, "reason": f"auto: the idiom kernel failed ({res.status.value}) before the "
+                                                "reference was timed; the primary is kept"}
+
+
+# -- one instance ----------------------------------------------------------------------------------------
+
+class _FinalGates:
+    """One gate per final round, each with a worker process of its own shared by every kernel of that round."""
+
+    def __init__(self, gate: Gate, rounds: int):
+        self.gates = [gate.with_config(replace(gate.config, round=FIRST_FINAL_ROUND + k), share_worker=False)
+                      for k in range(rounds)]
+        self.extra: list[Gate] = []
+
+    def evaluate(self, k: int, source: str, wl, flags: tuple[str, ...], origin: str, replay: bool) -> GateResult:
+        g = self.gates[k]
+        if flags:
+            g = g.with_config(replace(g.config, extra_flags=tuple(g.config.extra_flags) + tuple(flags)))
+            self.extra.append(g)
+        return g.evaluate(source, wl, origin=origin, replay=replay)
+
+    def close(self) -> None:
+        for g in self.gates + self.extra:
+            g.close()
+
+
+def _flags_config(flags) -> dict[str, int]:
+    out = {}
+    for f in flags or ():
+        m = re.fullmatch(r"-D(\w+)=(-?\d+)", f)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def produced_source(source: str, flags) -> str:
+    """The kernel as it ran: sweep flags written into its source."""
+    cfg = _flags_config(flags)
+    return bake(source, cfg) if cfg else source
+
+
+def _shape_id(shape: dict) -> str:
+    return json.dumps(shape, sort_keys=True)
+
+
+class _InstanceRun:
+    def __init__(self, ctx: "_Run", inst: Instance):
+        self.ctx, self.inst = ctx, inst
+        self.wl, self.reference = None, None
+
+    def origin(self, what: str) -> str:
+        return f"heldout {self.ctx.run_id} {self.inst.name} {what}"
+
+    def decide_reference(self) -> None:
+        c = self.ctx
+        self.wl, self.reference = select_reference(self.inst, c.gate, c.cfg.vendor, c.replay, self.origin("idiom"))
+
+    def row(self, cond: str, status: str, reason: str | None = None, **kw) -> dict:
+        return {"instance": self.inst.name, "condition": cond, "family": self.inst.family, "status": status,
+                "reason": reason, "reference": self.reference, **kw}
+
+    # the conditions ----------------------------------------------------------------------------------
+
+    def idiom(self) -> dict:
+        return self.finalize("idiom", self.inst.starts["idiom"][1], (), arms=[], used=0, library=None)
+
+    def search(self, cond: str) -> dict:
+        c, inst = self.ctx, self.inst
+        if cond == "control-random":
+            seed = random_seed(c.cfg.seed, inst.name)
+            arms = [("random", "idiom", ("sweep",), {"mode": "random", "points": c.cfg.budget, "seed": seed})]
+            library = []
+        elif cond == "llm":
+            arms = [("llm", "idiom", ("llm",), None)]
+            library = c.library
+        else:
+            arms = [("sweep", "idiom", ("sweep",), None)]
+            if inst.family == "reduction" and "naive" in inst.starts:
+                arms.append(("rules", "naive", ("rules", "sweep"), None))
+            library = c.library if cond == "skills" else c.foreign(inst.family)
+        done, used = [], 0
+        for name, start_kind, mats, sweep in arms:
+            left = c.cfg.budget - used
+            if left <= 0 and done:
+                done.append({"arm": name, "start": start_kind, "skipped": "the budget was spent by the arms before"})
+                continue
+            rel, start = inst.starts[start_kind]
+            acfg = ApplyConfig(materializers=mats, budget_steps=left, admission=c.cfg.admission, sweep=sweep,
+                               budget_usd=c.cfg.budget_usd if name == "llm" else None, model=c.cfg.model if name == "llm" else None)
+            run = apply(c.store, c.gate, self.wl, start, f"{c.root_text}/{rel}", acfg, llm=c.llm if name == "llm" else None,
+                        replay=c.replay, progress=c.step_progress(inst.name, cond), skills=library)
+            used += run["summary"]["evaluated"]
+            rec = _arm_record(name, start_kind, run)
+            if rec.get("best_eval_key"):
+                rec["best_score"] = _search_score(c.store.get_evaluation(rec["best_eval_key"]))
+            done.append(rec)
+        lib = None if cond == "control-random" else sorted(s["name"] for s in library)
+        best = max((a for a in done if a.get("best_eval_key")), key=lambda a: a["best_score"] or 0.0, default=None)
+        sources = {id(a): a.pop("_source", None) for a in done}  # the kernels stay in the store, not in the row
+        if best is None:
+            why = "; ".join(f"{a['arm']}: {a.get('stop_reason') or a.get('skipped')} {a.get('start_error') or ''}".strip()
+                            for a in done)
+            return self.row(cond, "FAILED", f"no arm produced a correct kernel ({why})", arms=done,
+                            evaluations_used=used, budget=c.cfg.budget, library=lib, skills_used=[])
+        best["chosen"] = True
+        return self.finalize(cond, sources[id(best)], tuple(best["best_flags"]), arms=done, used=used, library=lib)
+
+    def finalize(self, cond: str, source: str, flags: tuple[str, ...], arms: list, used: int, library) -> dict:
+        c = self.ctx
+        recs = []
+        for k in range(c.cfg.final_rounds):
+            res = c.finals.evaluate(k, source, self.wl, flags, self.origin(f"{cond} final round {FIRST_FINAL_ROUND + k}"),
+                                    c.replay)
+            recs.append(c.store.get_evaluation(res.eval_key))
+        base = {"kernel_hash": kernel_hash(source), "produced_hash": kernel_hash(produced_source(source, flags)),
+                "flags": list(flags), "final_eval_keys": [r["eval_key"] for r in recs], "arms": arms,
+                "evaluations_used": used, "budget": c.cfg.budget if cond != "idiom" else 0, "library": library,
+                "correctness": _correctness(recs), "env": _env(recs),
+                "skills_used": _skills_used(arms, c.library, c.sources)}
+        bad = [(FIRST_FINAL_ROUND + k, r) for k, r in enumerate(recs) if r["status"] != "PASSED"]
+        if bad:
+            rnd, r = bad[0]
+            why = f"final round {rnd}: {r['status']}: {r['result'].get('error_kind') or ''} " \
+                  f"{_last_line(r['result'].get('error_message'))}".strip()
+            return self.row(cond, "FAILED", why, **base)
+        by_shape: dict[str, list[dict]] = {}
+        order = []
+        for r in recs:
+            for tm in r["result"]["timing"]:
+                sid = _shape_id(tm["shape"])
+                if sid not in by_shape:
+                    order.append(sid)
+                by_shape.setdefault(sid, []).append(tm)
+        per_shape = [{"shape": json.loads(s), **stats.shape_speedup(by_shape[s])} for s in order]
+        if not per_shape:
+            return self.row(cond, "FAILED", "the final evaluation holds no timing of a benchmark shape", **base)
+        inst = stats.combine_shapes(per_shape)
+        lat = [p["latency_us"] for p in per_shape]
+        refs = [p["reference_us"] for p in per_shape]
+        return self.row(cond, "PASSED", None, speedup=inst["speedup"], ci95=inst["ci95"], log_var=inst["log_var"],
+                        df=inst["df"], n_trials=inst["n_trials"], latency_us=stats.geo(lat), reference_us=stats.geo(refs),
+                        per_shape=[{k: v for k, v in p.items() if k not in ("log_mean", "log_var")} for p in per_shape],
+                        **base)
+
+
+def _arm_record(name: str, start_kind: str, run: dict) -> dict:
+    steps = run["steps"]
+    start = steps[0] if steps else {}
+    kept = [s for s in steps if s.get("accepted") and s["kind"] == "candidate"]
+    rec = {"arm": name, "start": start_kind, "apply_run": run["run_id"], "materializers": run["config"]["materializers"],
+           "budget": run["config"]["budget_steps"], "evaluated": run["summary"]["evaluated"],
+           "stop_reason": run["stop_reason"], "kept": run["summary"]["kept"],
+           "gate_evaluations": {"start": 1 if start.get("eval_key") else 0,
+                                "candidates": run["summary"]["evaluated"],
+                                "re_measures": sum(1 for s in steps if s.get("remeasure")),
+                                "baked": sum(1 for s in steps if s.get("baked"))},
+           "steps": [{k: s.get(k) for k in ("seq", "backend", "skill", "config", "status", "accepted", "steered_by")
+                      if s.get(k) is not None} for s in steps if s["kind"] != "start"],
+           "best_hash": run.get("best_hash"), "best_flags": (run["summary"].get("best_flags") or []),
+           "best_score": None, "_source": run.get("best_source")}
+    if run["stop_reason"] == "start_failed":
+        rec["start_error"] = f"(start {start.get('status')}: {_last_line(start.get('error'))})"
+        return rec
+    key = start.get("eval_key")
+    if kept:
+        last = kept[-1]
+        key = last["baked"]["eval_key"] if (last.get("baked") or {}).get("status") == "PASSED" else last["remeasure"]["eval_key"]
+    rec["best_eval_key"] = key
+    return rec
+
+
+def _search_score(rec: dict | None) -> float | None:
+    """An arm's best as the search measured it: the geomean over benchmark shapes of the gate's
+    speedup over the reference (None without timing)."""
+    sp = [t.get("speedup_vs_vendor") for t in ((rec or {}).get("result") or {}).get("timing") or []]
+    return stats.geo(sp) if sp and all(x for x in sp) else None
+
+
+def _correctness(recs: list[dict]) -> dict:
+    rounds = []
+    for k, r in enumerate(recs):
+        corr = r["result"].get("correctness") or []
+        rounds.append({"round": FIRST_FINAL_ROUND + k, "status": r["status"], "shapes_checked": len(corr),
+                       "shapes_passed": sum(1 for c in corr if c.get("ok")),
+                       "benchmark": f"{sum(1 for c in corr if c.get('ok') and c.get('kind') == 'benchmark')}/"
+                                    f"{sum(1 for c in corr if c.get('kind') == 'benchmark')}",
+                       "probe": f"{sum(1 for c in corr if c.get('ok') and c.get('kind') == 'probe')}/"
+                                f"{sum(1 for c in corr if c.get('kind') == 'probe')}",
+                       "failed": [{"kind": c.get("kind"), "shape": c.get("shape")} for c in corr if not c.get("ok")][:8]})
+    seeds = recs[0]["request"].get("seeds") if recs else []
+    return {"seeds": seeds, "shapes": "benchmark and probe" if recs and all(
+        any(s["kind"] == "probe" for s in r["request"].get("shapes", [])) for r in recs) else "benchmark",
+            "rounds": rounds}
+
+
+def _env(recs: list[dict]) -> dict | None:
+    for r in recs:
+        if r.get("env"):
+            return {k: r["env"].get(k) for k in ENV_KEYS if r["env"].get(k) is not None}
+    return None
+
+
+def _skills_used(arms: list[dict], library: list[dict], sources: dict[str, list[str]]) -> list[dict]:
+    """Every skill a search condition used: it named a value of a gated sweep point, or its rules
+    (llm) rewrite was gated; `kept` when a kept step used it; with the workloads it was mined from."""
+    ids = {s["name"]: s["skill_id"] for s in library}
+    used: dict[str, dict] = {}
+    for a in arms:
+        for st in a.get("steps", []):
+            if st.get("status") in ("NO_REWRITE", "MATERIALIZE_ERROR", "NO_KERNEL"):
+                continue
+            names = st.get("steered_by") or ([st["skill"]] if st.get("skill") else [])
+            how = "steered a sweep point" if st.get("backend") == "sweep" else f"{st.get('backend')} rewrite gated"
+            for n in names:
+                u = used.setdefault(n, {"skill": n, "skill_id": ids.get(n), "uses": set(), "kept": False,
+                                        "mined_from": sources.get(ids.get(n), [])})
+                u["uses"].add(f"{a['arm']}: {how}")
+                u["kept"] = u["kept"] or bool(st.get("accepted"))
+    return [{**u, "uses": sorted(u["uses"])} for _, u in sorted(used.items())]
+
+
+# -- the run ------------------------------------------------------------------------------------------
+
+class _Run:
+    def __init__(self, store, gate, instances, cfg, root, replay, llm, llm_reason, progress):
+        self.store, self.gate, self.instances, self.cfg = store, gate, instances, cfg
+        self.root = Path(root)
+        self.root_text = settings.display_path(root)
+        self.replay, self.llm, self.llm_reason, self.progress = replay, llm, llm_reason, progress
+        self.library = store.skills()
+        self.sources = skill_sources(store, self.library)
+        self.run_id = run_id_for(instances, cfg, self.library)
+        self.finals = _FinalGates(gate, cfg.final_rounds)
+
+    def foreign(self, family: str) -> list[dict]:
+        return foreign_library(self.library, self.sources, tuple(self.cfg.foreign.get(family, ())))
+
+    def step_progress(self, inst: str, cond: str):
+        if self.progress is None:
+            return None
+        return lambda step: self.progress("step", instance=inst, condition=cond, step=step)
+
+
+def run_heldout(store, gate: Gate, instances: list[Instance], cfg: HeldoutConfig, root: Path, replay: bool = False,
+                llm=None, llm_reason: str | None = None, progress=None) -> dict:
+    """Run (or resume) the check; returns the report (klineage.heldout.report schema). Raises
+    NoDeviceError when a live evaluation is needed and no GPU exists; a replay that lacks records
+    gives rows with status MISSING (listed in the report), never an invented figure."""
+    from klineage.heldout.report import build_report
+    run = _Run(store, gate, instances, cfg, root, replay, llm, llm_reason, progress)
+    store.put_heldout_run({"run_id": run.run_id, "root": run.root_text, "config": cfg.to_dict(), "status": "running"})
+    done = {(r["instance"], r["condition"]) for r in store.heldout_results(run.run_id) if r["status"] in COMPLETE}
+    try:
+        for inst in instances:
+            ir = _InstanceRun(run, inst)
+            todo = [c for c in cfg.conditions if (inst.name, c) not in done]
+            if not todo:
+                continue
+            try:
+                ir.decide_reference()
+            except ReplayMissingError as exc:
+                for cond in todo:
+                    _put(run, ir.row(cond, "MISSING", str(exc)))
+                continue
+            for cond in todo:
+                if cond == "llm" and run.llm is None:
+                    row = ir.row(cond, "NOT_RUN", llm_reason or "not run: no model configured")
+                else:
+                    try:
+                        row = ir.idiom() if cond == "idiom" else ir.search(cond)
+                    except ReplayMissingError as exc:
+                        row = ir.row(cond, "MISSING", str(exc))
+                _put(run, row)
+    finally:
+        run.finals.close()
+    rows = store.heldout_results(run.run_id)
+    report = build_report(store, run.run_id, run.root, cfg, instances, rows, run.library, run.sources)
+    status = "missing" if report["missing"] else "complete"
+    store.put_heldout_run({"run_id": run.run_id, "root": run.root_text, "config": cfg.to_dict(), "status": status,
+                           "report": report})
+    return report
+
+
+def _put(run: _Run, row: dict) -> None:
+    run.store.put_heldout_result(run.run_id, row)
+    if run.progress:
+        run.progress("row", row=row)
+
+
+def write_outputs(report: dict, store, out: Path) -> dict:
+    """Write out/heldout.json, out/heldout.txt and out/kernels/<instance>/<condition>.cu (each final
+    kernel as it ran, sweep flags written in); returns their paths."""
+    from klineage.report.text import format_heldout
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "heldout.json", "text": out / "heldout.txt", "kernels": []}
+    paths["json"].write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    paths["text"].write_text(format_heldout(report) + "\n")
+    for inst in report["instances"]:
+        for cond, row in inst["conditions"].items():
+            k = store.get_kernel(row["kernel_hash"]) if row.get("kernel_hash") else None
+            if k is None:
+                continue
+            p = out / "kernels" / inst["instance"] / f"{cond}.cu"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(produced_source(k["source"], row.get("flags")))
+            paths["kernels"].append(p)
+    return paths
+
+
+def plan(instances: list[Instance], cfg: HeldoutConfig, store, llm_reason: str | None) -> dict:
+    """What a run would do, evaluating nothing (--dry-run)."""
+    library = store.skills()
+    sources = skill_sources(store, library)
+    fams = sorted({i.family for i in instances}, key=FAMILIES.index)
+    return {"conditions": list(cfg.conditions), "config": cfg.to_dict(),
+            "library": {"skills": len(library),
+                        "foreign": {f: sorted(s["name"] for s in foreign_library(library, sources, cfg.foreign.get(f, ())))
+                                    for f in fams}},
+            "llm": llm_reason or "runs",
+            "instances": [{"instance": i.name, "family": i.family, "starts": {k: v[0] for k, v in i.starts.items()},
+                           "tunables": tunables(i.starts["idiom"][1]), "reference": i.workload.vendor_name,
+                           "fallback": i.fallback_name} for i in instances]}

@@ -1,0 +1,533 @@
+"""`klineage heldout` on three fixture instances (tests/heldout/fixtures/heldout: a gemm, an attention
+and a reduction with a naive start) with a synthetic four-skill library and the real Gate (guard,
+nvcc, content-addressed records) in front of a scripted stand-in for the GPU worker
+(tests/heldout/support.py: its figures are a function of the kernel's configuration, not
+measurements).
+
+Covered: each condition's budget accounting; the random control's points, fixed by its seed; the
+foreign control steered only by skills of the unrelated families; the llm condition listed as not run
+with its reason; the reference fallback chosen automatically when the primary fails, or forced; a
+failed instance counted in geomeans; the 95% interval over trial ratios; the winnowing similarity; the
+audit's queries proving no overlap, and finding one when a lineage holds a held-out case; a replay
+giving the same report byte for byte; a replay killed at random points resuming to the same result;
+the dry run and the pipeline file.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from klineage.apply.materialize import random_points, sweep_space
+from klineage.cli import main
+from klineage.gate.gate import DEFAULT_SEEDS, GateConfig, kernel_hash
+from klineage.heldout import similarity, stats
+from klineage.heldout.instances import fallback_hash
+from klineage.heldout.run import random_seed
+from klineage.pipelines import load_pipeline
+from klineage.store import open_store
+from klineage.workload import load_workload
+
+from tests.heldout.support import FIXTURES, ROOT, library_cards, make_library, script_gpu
+
+pytestmark = pytest.mark.nvcc
+
+BUDGET, SEED = 8, 7
+ARGS = ["--budget", str(BUDGET), "--seed", str(SEED), "--quiet"]
+KERNELS = FIXTURES / "kernels"
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    return make_library(tmp_path_factory.mktemp("lib") / "lib.duckdb")
+
+
+@pytest.fixture(scope="module")
+def experts(tmp_path_factory):
+    """A snapshot of the expert corpus's .cu files: the similarity audit reads the corpus, and a
+    report compared byte for byte must not see it change between two runs of a test."""
+    snap = tmp_path_factory.mktemp("experts")
+    for p in (ROOT / "expert_kernels").rglob("*.cu"):
+        dst = snap / p.relative_to(ROOT / "expert_kernels")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, dst)
+    return snap
+
+
+@pytest.fixture(autouse=True)
+def _fixed_corpus(experts, monkeypatch):
+    monkeypatch.setenv("KLINEAGE_EXPERTS", str(experts))
+
+
+def _run(tmp_path: Path, library: Path, monkeypatch, *extra, name="run", broken_vendor=(), wrong=None,
+         before=None) -> tuple[Path, Path, dict, object]:
+    """One recorded (scripted) run through the CLI: (db, out, report, result)."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    db, out = tmp_path / f"{name}.duckdb", tmp_path / f"{name}_out"
+    shutil.copy(library, db)
+    if before:
+        before(db)
+    script_gpu(monkeypatch, broken_vendor=broken_vendor, wrong=wrong)
+    r = CliRunner().invoke(main, ["heldout", str(FIXTURES), "--db", str(db), "--out", str(out), *ARGS, *extra])
+    assert r.exit_code == 0, r.output
+    return db, out, json.loads((out / "heldout.json").read_text()), r
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, library, experts):
+    """The reference run of the module: every condition, default settings; its records exported."""
+    tmp = tmp_path_factory.mktemp("recorded")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KLINEAGE_HOME", str(tmp_path_factory.getbasetemp() / "klineage-home"))
+        mp.setenv("KLINEAGE_EXPERTS", str(experts))
+        db, out, report, res = _run(tmp, library, mp)
+    store = open_store(db)
+    try:
+        hashes = [load_workload(d).content_hash for d in sorted(FIXTURES.iterdir()) if (d / "workload.py").is_file()]
+        rec = tmp / "records" / "heldout_scripted.jsonl.gz"
+        n = store.export_evaluations(rec, workload_hashes=hashes + [fallback_hash(h) for h in hashes])
+        assert n > 20
+    finally:
+        store.close()
+    return {"db": db, "out": out, "report": report, "records": rec.parent, "output": res.output}
+
+
+def _rows(report: dict) -> dict[tuple[str, str], dict]:
+    return {(i["instance"], c): r for i in report["instances"] for c, r in i["conditions"].items()}
+
+
+# -- conditions ----------------------------------------------------------------------------------------
+
+def test_every_condition_keeps_to_its_budget(recorded):
+    rows = _rows(recorded["report"])
+    assert {c for _, c in rows} == {"idiom", "skills", "control-random", "control-foreign", "llm"}
+    for (inst, cond), r in rows.items():
+        if cond == "llm":
+            continue
+        assert r["status"] == "PASSED", (inst, cond, r.get("reason"))
+        used = sum(a.get("evaluated", 0) for a in r["arms"])
+        assert r["evaluations_used"] == used <= (0 if cond == "idiom" else BUDGET), (inst, cond)
+        for a in r["arms"]:
+            if "evaluated" in a:  # each arm counted only its candidates, never more than its share
+                assert a["evaluated"] == a["gate_evaluations"]["candidates"] <= a["budget"]
+    # the random control spends the whole budget where the space allows (no tunables: nothing to draw)
+    for inst in ("rms_tiny", "mm_tiny"):
+        space = sweep_space(_idiom(inst))
+        size = math.prod(len(v) for v in space.values()) - 1
+        assert rows[(inst, "control-random")]["evaluations_used"] == min(BUDGET, size)
+    assert rows[("attn_tiny", "control-random")]["evaluations_used"] == 0
+    # a reduction's skills: the steered sweep, then rules from the naive start with what is left
+    arms = rows[("rms_tiny", "skills")]["arms"]
+    assert [(a["arm"], a["start"]) for a in arms] == [("sweep", "idiom"), ("rules", "naive")]
+    assert arms[1]["budget"] == BUDGET - arms[0]["evaluated"]
+    assert [a["arm"] for a in rows[("mm_tiny", "skills")]["arms"]] == ["sweep"]
+
+
+def _idiom(inst: str) -> str:
+    rel = load_workload(FIXTURES / inst).module.STARTS["idiom"]
+    return (FIXTURES / rel).read_text()
+
+
+def test_rows_carry_intervals_correctness_and_the_reference(recorded):
+    report = recorded["report"]
+    cfg = report["config"]
+    for (inst, cond), r in _rows(report).items():
+        if r["status"] != "PASSED":
+            continue
+        lo, hi = r["ci95"]
+        assert lo <= r["speedup"] <= hi and r["n_trials"] == cfg["final_rounds"] * cfg["timing"]["trials"]
+        corr = r["correctness"]
+        assert corr["seeds"] == list(DEFAULT_SEEDS) == list(GateConfig().seeds) and corr["shapes"] == "benchmark and probe"
+        wl = load_workload(FIXTURES / inst)
+        n_shapes = len(wl.benchmark_cases) + len(wl.probe_shapes)
+        assert [x["round"] for x in corr["rounds"]] == [3, 4]
+        assert all(x["shapes_checked"] == x["shapes_passed"] == n_shapes for x in corr["rounds"])
+        assert r["reference"]["used"] == "primary" and r["reference"]["name"] == wl.vendor_name
+        assert len(r["final_eval_keys"]) == 2
+    assert report["environment"] and report["environment"][0]["gpu"] == "scripted worker (test double)"
+    out = recorded["out"]
+    assert (out / "heldout.txt").read_text().startswith("held-out check")
+    baked = (out / "kernels" / "rms_tiny" / "skills.cu").read_text()
+    assert "#define RMS_UNROLL 8" in baked  # the kept sweep point, written into the kernel as it ran
+    assert "verdict:" in recorded["output"] and "== reduction" in recorded["output"]
+
+
+def test_llm_is_listed_as_not_run_without_a_key(recorded):
+    report = recorded["report"]
+    nr = report["not_run"]
+    assert {m["instance"] for m in nr} == {"attn_tiny", "mm_tiny", "rms_tiny"} and {m["condition"] for m in nr} == {"llm"}
+    assert all("ANTHROPIC_API_KEY is not set" in m["reason"] for m in nr)
+    llm = report["summary"]["overall"]["llm"]
+    assert llm["geomean"] is None and len(llm["not_counted"]) == 3
+
+
+def test_random_control_is_fixed_by_its_seed(recorded, tmp_path, library, monkeypatch):
+    rows = _rows(recorded["report"])
+    for inst in ("rms_tiny", "mm_tiny"):
+        got = [s["config"] for s in rows[(inst, "control-random")]["arms"][0]["steps"]]
+        want = random_points(_idiom(inst), BUDGET, random_seed(SEED, inst))[1:]
+        assert got == want and all(not s.get("steered_by") for s in rows[(inst, "control-random")]["arms"][0]["steps"])
+    assert random_points(_idiom("mm_tiny"), 5, 1) == random_points(_idiom("mm_tiny"), 5, 1)
+    # another seed draws other points
+    _, _, other, _ = _run(tmp_path, library, monkeypatch, "--seed", str(SEED + 1), "--conditions", "control-random",
+                          name="seed")
+    a = [s["config"] for s in _rows(other)[("mm_tiny", "control-random")]["arms"][0]["steps"]]
+    b = [s["config"] for s in rows[("mm_tiny", "control-random")]["arms"][0]["steps"]]
+    assert a != b and len(a) == len(b)
+
+
+def test_foreign_control_is_steered_only_by_unrelated_families(recorded):
+    report = recorded["report"]
+    rows = _rows(report)
+    names = {c["name"]: c for c in library_cards()}
+    fams = {"red_cfg/block-unroll": "reduction", "restrict/pointer-parameters": "reduction",
+            "gemm_cfg/block-unroll": "gemm", "tr_cfg/items": "transpose"}
+    assert set(fams) == set(names)
+    for inst, family in (("mm_tiny", "gemm"), ("rms_tiny", "reduction"), ("attn_tiny", "attention")):
+        allowed = set(report["config"]["foreign"][family])
+        want = sorted(n for n, f in fams.items() if f in allowed)
+        r = rows[(inst, "control-foreign")]
+        assert r["library"] == want == report["library"]["foreign"][family]
+        steered = {n for a in r["arms"] for s in a.get("steps", []) for n in s.get("steered_by", [])}
+        used = {s["skill"] for s in r["skills_used"]}
+        assert steered <= used <= set(want), (inst, used)
+    assert {s["skill"] for s in rows[("mm_tiny", "control-foreign")]["skills_used"]} == {"red_cfg/block-unroll",
+                                                                                        "tr_cfg/items"}
+    assert {s["skill"] for s in rows[("rms_tiny", "control-foreign")]["skills_used"]} == {"gemm_cfg/block-unroll"}
+    # the skills condition retrieves from the whole library, and kept the gemm skill's point on the gemm
+    kept = {s["skill"] for s in rows[("mm_tiny", "skills")]["skills_used"] if s["kept"]}
+    assert kept == {"gemm_cfg/block-unroll"}
+    assert next(s for s in rows[("mm_tiny", "skills")]["skills_used"] if s["kept"])["mined_from"] == ["gemm"]
+
+
+def test_reference_falls_back_when_the_primary_fails_and_says_so(tmp_path, library, monkeypatch):
+    _, _, report, _ = _run(tmp_path, library, monkeypatch, "--conditions", "idiom,skills", broken_vendor={"rms_tiny"})
+    rows = _rows(report)
+    ref = rows[("rms_tiny", "idiom")]["reference"]
+    assert ref["used"] == "fallback" and "flag_gems" in ref["reason"]
+    assert ref["name"] == load_workload(FIXTURES / "rms_tiny").module.VENDOR_FALLBACK
+    assert rows[("rms_tiny", "skills")]["status"] == "PASSED" and rows[("rms_tiny", "skills")]["reference"] == ref
+    assert rows[("mm_tiny", "idiom")]["reference"]["used"] == "primary"
+    store = open_store(tmp_path / "run.duckdb")
+    try:
+        rec = store.get_evaluation(rows[("rms_tiny", "idiom")]["final_eval_keys"][0])
+        assert rec["workload_hash"] == fallback_hash(load_workload(FIXTURES / "rms_tiny").content_hash)
+    finally:
+        store.close()
+    _, _, forced, _ = _run(tmp_path, library, monkeypatch, "--conditions", "idiom", "--vendor", "fallback", name="forced")
+    assert {r["reference"]["used"] for r in _rows(forced).values()} == {"fallback", "primary"}  # attn has no fallback
+    assert _rows(forced)[("mm_tiny", "idiom")]["reference"]["reason"] == "--vendor fallback"
+
+
+def test_a_failed_instance_is_counted_not_dropped(tmp_path, library, monkeypatch):
+    wrong = lambda name, source, cfg: name == "mm_tiny" and "MM_UNROLL" in source  # every mm kernel is wrong
+    _, _, report, _ = _run(tmp_path, library, monkeypatch, "--conditions", "idiom,skills,control-random", wrong=wrong)
+    rows = _rows(report)
+    for cond in ("idiom", "skills", "control-random"):
+        assert rows[("mm_tiny", cond)]["status"] == "FAILED" and rows[("mm_tiny", cond)]["reason"]
+    fs = report["config"]["failure_speedup"]
+    agg = report["summary"]["overall"]["skills"]
+    passed = [r["speedup"] for (i, c), r in rows.items() if c == "skills" and r["status"] == "PASSED"]
+    assert agg["failed"] == 1 and agg["passed"] == 2
+    assert agg["geomean"] == pytest.approx(math.exp((sum(map(math.log, passed)) + math.log(fs)) / 3))
+    assert agg["geomean_success_only"] == pytest.approx(math.exp(sum(map(math.log, passed)) / 2))
+    assert report["summary"]["families"]["gemm"]["skills"]["geomean"] == pytest.approx(fs)
+
+
+# -- statistics ------------------------------------------------------------------------------------------
+
+def test_interval_is_over_the_paired_trial_ratios():
+    tm = [{"trial_medians_us": [10.0, 11.0, 9.0], "vendor_trial_medians_us": [12.0, 12.0, 12.0],
+           "speedup_vs_vendor": 1.2},
+          {"trial_medians_us": [10.0, 10.0, 10.5], "vendor_trial_medians_us": [11.0, 12.5, 12.0],
+           "speedup_vs_vendor": 1.2}]
+    got = stats.shape_speedup(tm)
+    ratios = [1.2, 12 / 11, 12 / 9, 1.1, 1.25, 12 / 10.5]
+    logs = [math.log(r) for r in ratios]
+    m = sum(logs) / 6
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / 5)
+    assert got["trial_ratios"] == pytest.approx(ratios) and got["n"] == 6
+    assert got["speedup"] == pytest.approx(math.exp(m))
+    assert got["ci95"] == pytest.approx([math.exp(m - 2.571 * sd / math.sqrt(6)), math.exp(m + 2.571 * sd / math.sqrt(6))])
+    assert got["latency_us"] == pytest.approx(10.0) and got["reference_us"] == pytest.approx(12.0)
+    same = stats.shape_speedup([{"trial_medians_us": [5.0, 5.0], "vendor_trial_medians_us": [10.0, 10.0]}])
+    assert same["ci95"] == pytest.approx([2.0, 2.0])
+    assert stats.t975(1) == 12.706 and stats.t975(200) == 1.96
+
+
+def _row(inst, cond, status, speedup=None, var=0.0, keys=None):
+    return {"instance": inst, "condition": cond, "status": status, "speedup": speedup, "log_var": var, "df": 5,
+            "ci95": [speedup * 0.99, speedup * 1.01] if speedup else None, "final_eval_keys": keys or [inst + cond]}
+
+
+def test_geomeans_count_failures_and_comparisons_use_the_noise():
+    rows = [_row("a", "skills", "PASSED", 2.0), _row("b", "skills", "FAILED"), _row("c", "skills", "NOT_RUN")]
+    agg = stats.aggregate(rows, 0.1)
+    assert agg["geomean"] == pytest.approx(math.sqrt(2.0 * 0.1)) and agg["geomean_success_only"] == 2.0
+    assert agg["failed"] == 1 and agg["not_counted"] == ["c (NOT_RUN)"] and agg["at_or_above_reference"] == 1
+    a = [_row("a", "skills", "PASSED", 1.2, 1e-5), _row("b", "skills", "PASSED", 1.1, 1e-5)]
+    b = [_row("a", "ctrl", "PASSED", 1.0, 1e-5), _row("b", "ctrl", "PASSED", 1.0, 1e-5)]
+    cmp = stats.compare(a, b, 0.1)
+    assert cmp["ratio"] == pytest.approx(math.sqrt(1.2 * 1.1)) and cmp["verdict"] == "faster beyond the timing noise"
+    noisy = [_row("a", "ctrl", "PASSED", 1.0, 0.05), _row("b", "ctrl", "PASSED", 1.0, 0.05)]
+    assert stats.compare(a, noisy, 0.1)["verdict"] == "within the timing noise"
+    same = [_row("a", "ctrl", "PASSED", 1.2, 1e-5, keys=["askills"]), _row("b", "ctrl", "PASSED", 1.1, 1e-5, keys=["bskills"])]
+    assert stats.compare(a, same, 0.1) == {"instances": 2, "ratio": 1.0, "ci95": [1.0, 1.0],
+                                           "verdict": "within the timing noise"}
+    # a failure on one side is a fixed 0.1x, not a measurement
+    failed = [_row("a", "ctrl", "FAILED"), _row("b", "ctrl", "FAILED")]
+    assert stats.compare(a, failed, 0.1)["ratio"] == pytest.approx(math.sqrt(12 * 11))
+
+
+# -- the memorization audit -------------------------------------------------------------------------------
+
+def test_winnowing_similarity():
+    src = (KERNELS / "rms_idiom.cu").read_text()
+    assert similarity.similarity(src, src).jaccard == 1.0
+    renamed = (src.replace("acc", "sum_sq").replace("partial", "warp_totals").replace("xr", "row_in")
+               .replace("orow", "row_out").replace("rms_kernel", "norm_rows").replace("256", "128"))
+    assert renamed != src and similarity.similarity(renamed, src).jaccard >= 0.9
+    py = "def f(values):\n    return sorted(v * 2 for v in values if v > 3)\n\nclass Box:\n    size = 4\n" * 4
+    assert similarity.similarity(src, py).jaccard == 0.0
+    other = (ROOT / "expert_kernels" / "transpose" / "expert.cu").read_text()
+    assert similarity.similarity(src, other).jaccard < 0.1
+    assert similarity.tokens("int x = 3; // note\nfoo(__shfl_xor_sync);") == \
+        ["int", "ID", "=", "NUM", ";", "ID", "(", "__shfl_xor_sync", ")", ";"]
+
+
+def test_similarity_section_lists_every_produced_kernel(recorded, experts):
+    sim = recorded["report"]["audit"]["similarity"]
+    produced = {r["produced_hash"][:12] for r in _rows(recorded["report"]).values() if r.get("produced_hash")}
+    assert {k["kernel"] for k in sim["per_kernel"]} == produced and sim["kernels"] == len(produced)
+    assert sim["experts"] == len(list(experts.rglob("*.cu")))
+    js = [p["jaccard"] for p in sim["top_pairs"]]
+    assert js == sorted(js, reverse=True) and all(0 <= j < 0.5 for j in js)
+
+
+def test_audit_proves_no_overlap_by_query(recorded):
+    ov = recorded["report"]["audit"]["library_overlap"]
+    assert ov["clean"] and len(ov["queries"]) == 6
+    assert all(q["rows"] == [] and q["sql"].startswith("SELECT") and q["params"] for q in ov["queries"])
+    names = ov["queries"][0]["params"]
+    assert names == ["attn_tiny", "mm_tiny", "rms_tiny"]
+
+
+def _plant_lineage(db: Path) -> None:
+    """A library lineage that holds held-out material: the name rms_tiny, its idiom kernel stored
+    from its held-out path, and a measured case of an fp32 reduction at rms_tiny's benchmark shape."""
+    idiom = (KERNELS / "rms_idiom.cu").read_text()
+    h = kernel_hash(idiom)
+    store = open_store(db)
+    try:
+        store.put_kernel(h, idiom, "tests/heldout/fixtures/heldout/kernels/rms_idiom.cu")
+        tr = {"transition_id": "t-planted", "step": 0, "richer_hash": h, "simpler_hash": "0" * 64, "mechanism": "unroll",
+              "locus": "x", "eval_richer": "e1", "eval_simpler": "e2", "eval_rederived": "e3",
+              "effects": [{"shape": {"rows": 4096, "cols": 1024}, "speedup": 1.0}]}
+        for wname, lid in (("rms_tiny", "lin-a"), ("row_sum", "lin-b")):
+            store.put_lineage({"lineage_id": lid, "workload_name": wname, "workload_hash": "w" * 64, "proposer": "rules",
+                               "start_hash": h, "termination": "complete", "remaining": [], "config": {}, "missing": [],
+                               "states": [{"idx": 0, "kernel_hash": h, "eval_key": None}],
+                               "transitions": [dict(tr, transition_id=f"t-{lid}", lineage_id=lid)], "rejections": []})
+    finally:
+        store.close()
+
+
+def test_audit_finds_a_planted_overlap(tmp_path, library, monkeypatch):
+    _, _, report, _ = _run(tmp_path, library, monkeypatch, "--conditions", "idiom", before=_plant_lineage)
+    ov = report["audit"]["library_overlap"]
+    assert not ov["clean"]
+    found = {q["check"]: q["rows"] for q in ov["queries"]}
+    assert [r[1] for r in found["lineages of a held-out workload, by name"]] == ["rms_tiny"]
+    assert len(found["lineage states holding a held-out kernel (start or produced), by source hash"]) == 2
+    assert found["lineage kernels first stored from a held-out path"]
+    assert found["lineages of a held-out workload, by content hash"] == []
+    same = ov["cases"]["same_case"]
+    assert [(c["instance"], c["library_workload"]) for c in same] == [("rms_tiny", "row_sum")]
+
+
+# -- replay and crash safety ---------------------------------------------------------------------------------
+
+def _replay_cmd(db: Path, out: Path, records: Path) -> list[str]:
+    return [sys.executable, "-c", "from klineage.cli import main; main()", "heldout", str(FIXTURES), "--db", str(db),
+            "--out", str(out), "--replay", "--records", str(records), "--budget", str(BUDGET), "--seed", str(SEED)]
+
+
+def test_replay_gives_the_same_report(recorded, tmp_path, library, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    db, out = tmp_path / "replay.duckdb", tmp_path / "replay_out"
+    shutil.copy(library, db)
+    r = CliRunner().invoke(main, ["heldout", str(FIXTURES), "--db", str(db), "--out", str(out), *ARGS, "--replay",
+                                  "--records", str(recorded["records"])])
+    assert r.exit_code == 0, r.output
+    assert (out / "heldout.json").read_bytes() == (recorded["out"] / "heldout.json").read_bytes()
+    assert (out / "heldout.txt").read_bytes() == (recorded["out"] / "heldout.txt").read_bytes()
+    assert sorted(p.relative_to(out) for p in out.rglob("*.cu")) == \
+        sorted(p.relative_to(recorded["out"]) for p in recorded["out"].rglob("*.cu"))
+    # without the records nothing is invented: every row is MISSING and the command exits 4
+    db2 = tmp_path / "empty.duckdb"
+    shutil.copy(library, db2)
+    r = CliRunner().invoke(main, ["heldout", str(FIXTURES), "--db", str(db2), "--out", str(tmp_path / "o2"), *ARGS,
+                                  "--replay", "--conditions", "idiom,skills"])
+    assert r.exit_code == 4, r.output
+    missing = json.loads((tmp_path / "o2" / "heldout.json").read_text())["missing"]
+    assert len(missing) == 6 and all("no recorded evaluation" in m["reason"] for m in missing)
+
+
+def _state(db: Path) -> dict:
+    """What a run leaves in the database, without clocks."""
+    store = open_store(db)
+    try:
+        rows = [list(r) for r in store._query("SELECT run_id, instance, condition, status, record_json "
+                                              "FROM heldout_results ORDER BY run_id, instance, condition")]
+        runs = [list(r) for r in store._query("SELECT run_id, status, report_json FROM heldout_runs ORDER BY run_id")]
+        steps = [list(r) for r in store._query("SELECT run_id, seq, record_json FROM apply_steps ORDER BY run_id, seq")]
+        evals = [k for (k,) in store._query("SELECT eval_key FROM evaluations")]
+        return {"rows": rows, "runs": runs, "steps": steps, "evals": evals}
+    finally:
+        store.close()
+
+
+def _run_until(cmd: list[str], after_updates: int, delay_s: float) -> bool:
+    """Run `cmd`; SIGKILL it `delay_s` after its `after_updates`-th progress update (a "\\r" on stderr).
+    True when killed, False when it ended first."""
+    p = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    fd, seen = p.stderr.fileno(), 0
+    try:
+        while seen < after_updates:
+            ready, _, _ = select.select([fd], [], [], 120)
+            chunk = os.read(fd, 4096) if ready else b""
+            if not chunk:
+                p.wait(timeout=120)
+                return False
+            seen += chunk.count(b"\r")
+        time.sleep(delay_s)
+        if p.poll() is not None:
+            return False
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=60)
+        return True
+    finally:
+        p.stderr.close()
+
+
+def test_a_killed_replay_resumes_to_the_same_result(recorded, tmp_path, library, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    ref_db, ref_out = tmp_path / "ref.duckdb", tmp_path / "ref_out"
+    shutil.copy(library, ref_db)
+    r = subprocess.run(_replay_cmd(ref_db, ref_out, recorded["records"]), cwd=ROOT, capture_output=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    want = _state(ref_db)
+    updates = r.stderr.count(b"\r")  # bytes: text mode would turn every \r into \n
+    assert updates > 20
+    db, out = tmp_path / "killed.duckdb", tmp_path / "killed_out"
+    shutil.copy(library, db)
+    rng = random.Random(20261205)
+    killed, partial = 0, 0
+    for i in range(4):
+        killed += _run_until(_replay_cmd(db, out, recorded["records"]), rng.randint(1, updates - 1), rng.uniform(0, 0.03))
+        got = _state(db)  # opens cleanly after every kill
+        keys = [(row[0], row[1], row[2]) for row in got["rows"]]
+        assert len(keys) == len(set(keys)) and len(got["evals"]) == len(set(got["evals"]))
+        for row in got["rows"]:  # every decided row is the uninterrupted run's row
+            if row[3] in ("PASSED", "FAILED"):
+                assert row in want["rows"], f"kill {i}: row {row[:3]} differs"
+        partial += 0 < sum(row[3] in ("PASSED", "FAILED") for row in got["rows"]) < 12
+    assert killed >= 3 and partial
+    r = subprocess.run(_replay_cmd(db, out, recorded["records"]), cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = _state(db)
+    assert got["rows"] == want["rows"] and got["runs"] == want["runs"] and got["steps"] == want["steps"]
+    assert sorted(got["evals"]) == sorted(want["evals"])
+    assert (out / "heldout.json").read_bytes() == (ref_out / "heldout.json").read_bytes() == \
+        (recorded["out"] / "heldout.json").read_bytes()
+
+
+# -- the command and its pipeline ---------------------------------------------------------------------------
+
+def test_dry_run_shows_the_plan_and_evaluates_nothing(tmp_path, library, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    db = tmp_path / "dry.duckdb"
+    shutil.copy(library, db)
+    r = CliRunner().invoke(main, ["heldout", str(FIXTURES), "--db", str(db), "--dry-run", "--json", "--families",
+                                  "gemm,reduction"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.output)
+    assert [i["instance"] for i in plan["instances"]] == ["mm_tiny", "rms_tiny"]
+    assert plan["instances"][0]["tunables"] == {"MM_BLOCK": 256, "MM_UNROLL": 1}
+    assert plan["library"]["foreign"]["reduction"] == ["gemm_cfg/block-unroll"]
+    assert "ANTHROPIC_API_KEY" in plan["llm"]
+    store = open_store(db)
+    try:
+        assert store.counts()["evaluations"] == 0 and store.heldout_runs() == []
+    finally:
+        store.close()
+    r = CliRunner().invoke(main, ["heldout", str(FIXTURES), "--db", str(db), "--out", str(tmp_path / "o"),
+                                  "--conditions", "idiom,magic"])
+    assert r.exit_code == 2 and "magic" in r.output
+    r = CliRunner().invoke(main, ["heldout", str(FIXTURES), "--db", str(db), "--dry-run", "--instances", "nope"])
+    assert r.exit_code == 2 and "no instance 'nope'" in r.output
+
+
+def test_pipeline_file_and_run_command(recorded, tmp_path, library, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    pl = load_pipeline(ROOT / "pipelines" / "heldout.toml")
+    assert pl.kind == "heldout" and pl.run.root == ROOT / "heldout" and pl.run.config.budget == 12
+    assert pl.run.config.foreign["reduction"] == ("attention", "convolution", "gemm")
+    d = tmp_path / "pipelines"
+    d.mkdir()
+    (tmp_path / "fixtures").symlink_to(FIXTURES)
+    (tmp_path / "records").symlink_to(recorded["records"])
+    p = d / "h.toml"
+    p.write_text(f'kind = "heldout"\nname = "t"\n[heldout]\nroot = "fixtures"\nbudget = {BUDGET}\nseed = {SEED}\n'
+                 'records = "records"\nout = "out"\n')
+    db = tmp_path / "p.duckdb"
+    shutil.copy(library, db)
+    r = CliRunner().invoke(main, ["run", str(p), "--db", str(db), "--replay"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "out" / "heldout.json").read_bytes() == (recorded["out"] / "heldout.json").read_bytes()
+    store = open_store(db)
+    try:
+        (rec,) = store.pipeline_runs()
+        assert rec["kind"] == "heldout" and rec["outcome"] == "ok"
+    finally:
+        store.close()
+    p.write_text('kind = "heldout"\n[heldout]\nbudjet = 3\n')
+    r = CliRunner().invoke(main, ["run", str(p), "--db", str(db)])
+    assert r.exit_code != 0 and "unknown key heldout.budjet" in r.output
+
+
+H200 = ROOT / "benchmarks" / "results" / "heldout_h200"
+
+
+@pytest.mark.skipif(not (H200 / "report" / "heldout.json").is_file(),
+                    reason="no recorded H200 held-out run yet (benchmarks/heldout_h200.py writes it)")
+def test_recorded_h200_run_replays_to_its_report(tmp_path, monkeypatch):
+    """The H200 run's records, replayed on this machine, give the report the H200 run wrote (the code
+    similarity section aside: it reads the expert corpus as it is now, which may have grown since)."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("KLINEAGE_EXPERTS", raising=False)
+    want = json.loads((H200 / "report" / "heldout.json").read_text())
+    db = tmp_path / "lib.duckdb"
+    shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
+    r = CliRunner().invoke(main, ["heldout", "--config", str(ROOT / "pipelines" / "heldout.toml"), "--db", str(db),
+                                  "--out", str(tmp_path / "out"), "--replay", "--records", str(H200), "--quiet"])
+    assert r.exit_code == 0, r.output[-3000:]
+    got = json.loads((tmp_path / "out" / "heldout.json").read_text())
+    for rep in (want, got):
+        rep["audit"].pop("similarity")
+    assert got == want
+    assert want["environment"] and all(e["gpu"] == "NVIDIA H200" for e in want["environment"])
