@@ -33,7 +33,9 @@ TUNABLE_RE = re.compile(r"#ifndef (\w+)\s*\n\s*#define \1 (\d+)\b[^\n]*\n\s*#end
 MAX_SWEEP = 7
 MIN_SWEEP = 5
 # the role of a tunable constant, from its name
-ROLES = {"block": re.compile(r"BLOCK|THREADS|WARPS"), "factor": re.compile(r"UNROLL|VEC|COARSEN|ITEMS|PER_THREAD|ILP")}
+# (a tile extent, BLOCK_M / BN ..., is not a thread count: its neighbours are halvings and doublings)
+ROLES = {"tile": re.compile(r"BLOCK_[MNK]\b|(?<![A-Z])B[MNK]\b"), "block": re.compile(r"BLOCK|THREADS|WARPS"),
+         "factor": re.compile(r"UNROLL|VEC|COARSEN|ITEMS|PER_THREAD|ILP")}
 
 
 @dataclass
@@ -89,6 +91,8 @@ def _steered(skills: list[dict], role: str) -> list[int]:
 def _neighbours(role: str | None, default: int) -> list[int]:
     if role == "block":
         return [v for v in (128, 256, 512, 64, 1024, 768) if v != default]
+    if role == "tile":
+        return [v for v in (default * 2, default // 2) if v >= 16 and v != default]
     return list(dict.fromkeys(v for v in (default * 2, default * 4, max(1, default // 2), max(1, default // 4),
                                           default * 8) if v != default))
 
