@@ -16,7 +16,8 @@
 // - warp specialization: warpgroup 0 drives the copy engine (setmaxnreg gives its registers
 //   away), warpgroups 1..2 compute, each owning 64 query rows of the 128-row tile.
 //
-// The fast path needs D = 128 and 16-byte aligned q, k, v (the tensor-map rules); any other call
+// The fast path needs D = 128, 16-byte aligned q, k, v (the tensor-map rules) and a 4-byte aligned
+// out (half2 stores); any other call
 // takes a plain fallback kernel, so every shape is computed, only the fast path is fast.
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -432,7 +433,8 @@ extern "C" cudaError_t fmha(const __half* q, const __half* k, const __half* v, _
     if (D > 256) return cudaErrorInvalidValue;
     const int BH = B * H;
     const bool aligned = ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) |
-                           reinterpret_cast<uintptr_t>(v)) & 15) == 0;
+                           reinterpret_cast<uintptr_t>(v)) & 15) == 0 &&
+                         (reinterpret_cast<uintptr_t>(out) & 3) == 0;  // out is written as half2 pairs
     if (D == FMHA_D && aligned && BH <= 65535) {
         void* fn = nullptr;
         cudaDriverEntryPointQueryResult found;
