@@ -176,8 +176,10 @@ def main() -> int:
               + (f" FIRST FAIL {fails[0]['shape']}: {fails[0]['why']}" if fails else "")
               + (f" ERROR {row['error']}" if "error" in row else ""), flush=True)
         for t in row.get("timing", []):
-            print(f"    {t['case']}: {t['median_us']:.1f} us (min {t['min_us']:.1f}) vendor {t['vendor_us']:.1f} us "
-                  f"speedup {t['speedup']:.3f} {t['tflops']:.0f} TFLOP/s {t['tbps']:.2f} TB/s", flush=True)
+            vs = (f"vendor {t['vendor_us']:.1f} us speedup {t['speedup']:.3f}" if t["vendor_us"] is not None
+                  else "vendor not timed")
+            print(f"    {t['case']}: {t['median_us']:.1f} us (min {t['min_us']:.1f}) {vs} "
+                  f"{t['tflops']:.0f} TFLOP/s {t['tbps']:.2f} TB/s", flush=True)
     if ns.out:
         ns.out.mkdir(parents=True, exist_ok=True)
         (ns.out / f"kernel_dev_{wl.name}_{ns.kernels[0].stem}.json").write_text(json.dumps(

@@ -11,6 +11,7 @@ stored record). Options:
   --walk-only      walk and lift only (no analysis pass: no probes, repeat rounds or admission)
   --seed-recorded  import skills_db/evaluations/*.jsonl first, so a run continues from recorded
                    evaluations (used to split one corpus run over two device calls)
+  --prebuild-only W1,W2  restrict --prebuild to those workloads
   --prebuild       before run 1, build in parallel (one nvcc per core) every kernel file of the corpus
                    and every kernel an all-accepting walk would visit; timed and reported apart
                    ("prebuild"), so run 1's compile figures are only the builds the walk still waited on
@@ -48,7 +49,9 @@ class _AllPass:
                           env={"gpu": "none", "capability": "9.0"})
 
 
-def prebuild(run) -> dict:
+def prebuild(run, only: set[str] | None = None, store=None) -> dict:
+    """Build in parallel what the run will build: every corpus kernel file and every kernel an
+    all-accepting walk visits, less those the (seeded) store already has an evaluation of."""
     from klineage.gate.compile import compile_many
     from klineage.lineage.proposers import make_proposer
     from klineage.lineage.walk import Walker
@@ -57,8 +60,11 @@ def prebuild(run) -> dict:
     t0 = time.perf_counter()
     sources = {}
     for p in sorted((ROOT / "expert_kernels").rglob("*.cu")):
-        sources[p.read_text()] = None
+        if not only or p.relative_to(ROOT / "expert_kernels").parts[0] in only:
+            sources[p.read_text()] = None
     for tgt in run.targets:
+        if only and tgt.workload_dir.name not in only:
+            continue
         g = _AllPass()
         wl = load_workload(tgt.workload_dir)
         prop = make_proposer(tgt.proposer, tgt.workload_dir)
@@ -66,6 +72,10 @@ def prebuild(run) -> dict:
         Walker(g, wl, [prop], run.limits).run(start, origin=str(tgt.start))
         for s in g.seen.values():
             sources[s] = None
+    if store is not None:
+        from klineage.gate.gate import kernel_hash
+        stored = {h for (h,) in store._query("SELECT DISTINCT kernel_hash FROM evaluations", [])}
+        sources = {s: None for s in sources if kernel_hash(s) not in stored}
     results = compile_many(list(sources))
     return {"kernels": len(results), "ok": sum(r.ok for r in results), "cached": sum(r.cached for r in results),
             "wall_s": time.perf_counter() - t0, "jobs": os.cpu_count()}
@@ -79,6 +89,8 @@ def main() -> int:
     ap.add_argument("--seed-recorded", action="store_true")
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--runs", type=int, default=2, choices=(1, 2))
+    ap.add_argument("--prebuild-only", default="", help="comma-separated workload names: prebuild only their "
+                    "kernels (those whose evaluations are not recorded yet); the rest build on demand")
     ns = ap.parse_args()
     ns.out.mkdir(parents=True, exist_ok=True)
     os.environ["KLINEAGE_HOME"] = tempfile.mkdtemp(prefix="klineage-mine-")  # fresh build cache
@@ -102,12 +114,12 @@ def main() -> int:
         run, raw = load_config(ns.config)
         if ns.walk_only:
             run.analysis = None
-        if i == 1 and ns.prebuild:
-            pre = prebuild(run)
-            print(f"prebuild: {pre}", flush=True)
         store = open_store(db)
         if i == 1 and ns.seed_recorded:
             seeded = import_recorded(store)
+        if i == 1 and ns.prebuild:
+            pre = prebuild(run, {w for w in ns.prebuild_only.split(",") if w} or None, store)
+            print(f"prebuild: {pre}", flush=True)
         gate = Gate(store, run.gate_config())
         t0 = time.perf_counter()
         try:

@@ -27,6 +27,11 @@ A workload file is plain Python defining these module-level names (all required 
     bytes_moved(shape) -> int, the fewest bytes any kernel must move through device memory
     flops(shape) -> int, the floating-point operations of the computation
     STATEFUL    (optional, default False) whether a kernel may keep state between calls
+    TIMING_BUDGET_S  (optional, positive number) seconds one timing trial of a benchmark case may
+                take, candidate and vendor calls together. Without it every candidate gets the
+                gate's fixed warm-up and reps; with it a slow candidate (a naive attention kernel at
+                a second per call) gets fewer, never under 5 timed calls per trial. The reps used
+                are recorded with each timing.
     check(inputs, outputs, shape) -> list of str (optional): problems found in a kernel's outputs,
                 empty when they are valid, for outputs an elementwise comparison cannot judge
                 (top-k indices where several columns hold equal values). The gate fails a seed
@@ -103,6 +108,7 @@ class Workload:
     path: Path
     content_hash: str
     module: Any = field(repr=False, compare=False)
+    timing_budget_s: float | None = None
 
     # Thin wrappers so callers never reach into the module directly.
     def make_inputs(self, shape: dict, seed: int, device: str = "cpu") -> dict:
@@ -341,6 +347,9 @@ def load_workload(path: str | Path) -> Workload:
     stateful = getattr(mod, "STATEFUL", False)
     if not isinstance(stateful, bool):
         raise _fail(p, "STATEFUL", f"expected a bool, got {type(stateful).__name__}")
+    budget = getattr(mod, "TIMING_BUDGET_S", None)
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0):
+        raise _fail(p, "TIMING_BUDGET_S", f"expected a positive number of seconds, got {budget!r}")
     _check_callables(p, mod)
     for shape in cases + probes:
         _check_consistency(p, mod, args, shape)
@@ -348,6 +357,7 @@ def load_workload(path: str | Path) -> Workload:
         name=name, family=family, dtypes=tuple(dtypes), entry=entry, args=args, tolerance=tol,
         benchmark_cases=cases, probe_shapes=probes, vendor_name=vendor_name, stateful=stateful,
         path=p, content_hash=hashlib.sha256(source).hexdigest(), module=mod,
+        timing_budget_s=None if budget is None else float(budget),
     )
 
 

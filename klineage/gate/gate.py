@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from klineage.errors import NoDeviceError, ReplayMissingError
-from klineage.gate.compile import DEFAULT_ARCH, CompileResult, compile_kernel
+from klineage.gate.compile import DEFAULT_ARCH, CompileResult, compile_kernel, nvcc_version
 from klineage.gate.guard import check_source
 from klineage.workload import Workload
 
@@ -78,6 +78,14 @@ def kernel_hash(source: str) -> str:
 
 def _digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+class _NvccOnly:
+    """What request() reads of a build, before building: the local nvcc's version line."""
+
+    @property
+    def nvcc_version(self) -> str:
+        return nvcc_version()
 
 
 @dataclass
@@ -154,6 +162,13 @@ class Gate:
                              error_kind="static_guard", error_message=guard.summary)
             self._store_result(res, req, source, origin, workload)
             return res
+        if self.store is not None and not remeasure:
+            # A stored record needs no build: its request names the nvcc that made it, which is the one
+            # here (or any, on replay). This keeps a replay, or a run continued from records, from
+            # compiling every kernel it only looks up.
+            early = self._stored(source, workload, replay, khash, self.request(source, workload, _NvccOnly()), origin)
+            if early is not None:
+                return early
         compiled = (self.executor.compile(source, self.config.arch, tuple(self.config.extra_flags))
                     if self.executor is not None else compile_kernel(source, self.config.arch, self.config.extra_flags))
         self.compile_log.append({"kernel_hash": khash, "cached": compiled.cached, "seconds": compiled.seconds,
@@ -169,17 +184,24 @@ class Gate:
         with claim:
             return self._lookup_or_measure(source, workload, origin, replay, remeasure, khash, guard, compiled, req)
 
+    def _stored(self, source, workload, replay, khash, req, origin=None) -> GateResult | None:
+        """The stored evaluation matching `req`, or None. A replay accepts a record made with another
+        nvcc build (the record says which)."""
+        match = {k: v for k, v in req.items() if not (replay and k == "nvcc")}
+        found = [r for r in self.store.find_evaluations(kernel_hash=khash, workload_hash=workload.content_hash,
+                                                        request_match=match)
+                 if set(r["request"]) <= set(req)]  # not a record of another kind (e.g. a repeat round)
+        if not found:
+            return None
+        # Every evaluation used traces back to its kernel source, replayed ones included.
+        self.store.put_kernel(khash, source, origin)
+        return GateResult.from_record(found[0], "replayed" if replay else "stored")
+
     def _lookup_or_measure(self, source, workload, origin, replay, remeasure, khash, guard, compiled, req):
         if self.store is not None and not remeasure:
-            # A replay accepts a record made with another nvcc build (the record says which).
-            match = {k: v for k, v in req.items() if not (replay and k == "nvcc")}
-            found = [r for r in self.store.find_evaluations(kernel_hash=khash, workload_hash=workload.content_hash,
-                                                            request_match=match)
-                     if set(r["request"]) <= set(req)]  # not a record of another kind (e.g. a repeat round)
-            if found:
-                # Every evaluation used traces back to its kernel source, replayed ones included.
-                self.store.put_kernel(khash, source, origin)
-                return GateResult.from_record(found[0], "replayed" if replay else "stored")
+            found = self._stored(source, workload, replay, khash, req, origin)
+            if found is not None:
+                return found
         if replay:
             raise ReplayMissingError(
                 f"no recorded evaluation of kernel {khash[:12]} for workload {workload.name} with this request "

@@ -431,6 +431,16 @@ class Evaluator:
             call = (lambda: cand.call({**buf, **outs}, scal, stream)) if which == "candidate" else (lambda: vendor(buf))
             return timed_call(self.dev, call, stream)[1]
 
+        budget = getattr(workload, "timing_budget_s", None)
+        fitted = None
+        if budget:  # the workload caps a trial's seconds: size warm-up and reps from one call of each
+            probe_s = (timed("candidate", sets[0]) + timed("vendor", sets[0])) * 1e-6
+            fit = int(budget // max(probe_s, 1e-9))
+            if fit < warmup + reps:
+                fitted = {"budget_s": budget, "probe_call_s": round(probe_s, 6),
+                          "asked": {"warmup": warmup, "reps": reps}}
+                reps = max(5, min(reps, fit - 2))
+                warmup = max(1, min(warmup, fit - reps))
         for trial in range(trials):
             self.chan.progress("timing", shape=shape_key(shape), trial=trial)
             check_at = set(rng.sample(range(reps), k=min(3, reps))) | {reps - 1}
@@ -474,6 +484,7 @@ class Evaluator:
             "method": "cuda_events",
             "statistic": "median of per-trial medians",
             "warmup": warmup, "reps": reps, "trials": trials, "input_sets": nsets,
+            **({"fitted_to_budget": fitted} if fitted else {}),
             "l2_flush_bytes": self.dev.flush.numel() * 4,
             "latency_us": cand_us,
             "vendor_latency_us": vend_us,
