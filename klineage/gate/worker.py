@@ -55,6 +55,21 @@ CUDA_ERRORS = {
 CUDA_LIMIT_PERSISTING_L2 = 0x06
 
 
+
+MIN_TIMED_REPS = 5
+
+
+def fit_to_budget(budget_s: float, call_s: float, warmup: int, reps: int) -> tuple[int, int, dict | None]:
+    """(warmup, reps, note) for a timing trial whose calls (candidate + vendor) take `call_s` each,
+    when a trial may take `budget_s`: unchanged (note None) when they fit, else fewer, never under
+    MIN_TIMED_REPS timed calls and one warm-up; the note records what was asked and why."""
+    fit = int(budget_s // max(call_s, 1e-9))
+    if fit >= warmup + reps:
+        return warmup, reps, None
+    note = {"budget_s": budget_s, "probe_call_s": round(call_s, 6), "asked": {"warmup": warmup, "reps": reps}}
+    new_reps = max(MIN_TIMED_REPS, min(reps, fit - 2))
+    return max(1, min(warmup, fit - new_reps)), new_reps, note
+
 class CandidateFailure(Exception):
     """A candidate-caused failure with a gate status; `fatal` when the CUDA context is lost."""
 
@@ -435,12 +450,7 @@ class Evaluator:
         fitted = None
         if budget:  # the workload caps a trial's seconds: size warm-up and reps from one call of each
             probe_s = (timed("candidate", sets[0]) + timed("vendor", sets[0])) * 1e-6
-            fit = int(budget // max(probe_s, 1e-9))
-            if fit < warmup + reps:
-                fitted = {"budget_s": budget, "probe_call_s": round(probe_s, 6),
-                          "asked": {"warmup": warmup, "reps": reps}}
-                reps = max(5, min(reps, fit - 2))
-                warmup = max(1, min(warmup, fit - reps))
+            warmup, reps, fitted = fit_to_budget(budget, probe_s, warmup, reps)
         for trial in range(trials):
             self.chan.progress("timing", shape=shape_key(shape), trial=trial)
             check_at = set(rng.sample(range(reps), k=min(3, reps))) | {reps - 1}
