@@ -1,11 +1,14 @@
 """The expert corpus against its vendor references, from recorded gate evaluations (no GPU needed).
 
-    python benchmarks/corpus_table.py [--db skills_db/skills.duckdb] [--json OUT.json] [--md OUT.md]
+    python benchmarks/corpus_table.py [--config pipelines/mine.toml] [--db skills_db/skills.duckdb]
+                                      [--json OUT.json] [--md OUT.md]
 
 For every workload of the shipped corpus run (the targets of pipelines/mine.toml): the expert's PASSED evaluation (newest), per benchmark
 case: expert latency, vendor-reference latency (timed in the same worker, alternating call by call),
 speedup, bytes moved (the workload's bytes_moved formula), achieved bandwidth and its fraction of the
-measured device copy bandwidth, and whether every benchmark and probe shape passed.
+measured device copy bandwidth, achieved TFLOP/s and its fraction of the measured bf16 tensor-core peak
+(recorded by the worker for compute-bound cases only), and whether every benchmark and probe shape passed.
+`--config pipelines/mine_all.toml` gives the whole corpus, tensor-core part included.
 """
 from __future__ import annotations
 
@@ -48,6 +51,9 @@ def table(store, dirs: list[Path] | None = None) -> list[dict]:
                 "speedup_vs_vendor": t["speedup_vs_vendor"], "bytes_moved": t["bytes_moved"],
                 "achieved_TBps": t["achieved_bytes_per_s"] / 1e12, "copy_TBps": t["copy_bandwidth_bytes_per_s"] / 1e12,
                 "fraction_of_copy": t["bandwidth_fraction"], "spread": t["spread"],
+                "achieved_TFLOPs": t["achieved_flops_per_s"] / 1e12,
+                "peak_TFLOPs": t["peak_flops_per_s"] / 1e12 if t.get("peak_flops_per_s") else None,
+                "fraction_of_peak": t.get("flops_fraction"),
                 "shapes_checked": len(shapes), "shapes_passed": sum(1 for s in shapes if s["ok"]),
                 "timing": {k: t[k] for k in ("warmup", "reps", "trials", "statistic")},
                 "eval_key": rec["eval_key"], "gpu": rec["gpu"],
@@ -59,16 +65,19 @@ def table(store, dirs: list[Path] | None = None) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    out = ["| workload | case | expert (us) | vendor (us) | vendor | speedup | TB/s | of copy BW | shapes passed |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| workload | case | expert (us) | vendor (us) | vendor | speedup | TB/s | of copy BW | TFLOP/s "
+           "| of bf16 peak | shapes passed |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "case" not in r:
-            out.append(f"| {r['workload']} | - | {r['status']} | | | | | | |")
+            out.append(f"| {r['workload']} | - | {r['status']} | | | | | | | | |")
             continue
         case = ",".join(f"{k}={v}" for k, v in r["case"].items())
         out.append(f"| {r['workload']} | {case} | {r['expert_us']:.1f} | {r['vendor_us']:.1f} | {r['vendor']} | "
                    f"{r['speedup_vs_vendor']:.2f}x | {r['achieved_TBps']:.2f} | {100 * r['fraction_of_copy']:.0f}% | "
-                   f"{r['shapes_passed']}/{r['shapes_checked']} |")
+                   f"{r['achieved_TFLOPs']:.1f} | "
+                   + (f"{100 * r['fraction_of_peak']:.0f}% of {r['peak_TFLOPs']:.0f}" if r.get("fraction_of_peak") else "-")
+                   + f" | {r['shapes_passed']}/{r['shapes_checked']} |")
     return "\n".join(out) + "\n"
 
 
@@ -79,6 +88,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", type=Path, default=None, help="a database with the evaluations (default: the "
                     "shipped records imported into a temporary database)")
+    ap.add_argument("--config", type=Path, default=ROOT / "pipelines" / "mine.toml",
+                    help="the mining configuration whose workloads are tabled")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
     ns = ap.parse_args()
@@ -88,7 +99,7 @@ def main() -> int:
         import_recorded(store)
     else:
         store = open_store(ns.db)
-    rows = table(store)
+    rows = table(store, corpus_dirs(ns.config))
     store.close()
     md = markdown(rows)
     print(md)

@@ -95,3 +95,39 @@ def test_each_shortfall_has_its_profile_evidence():
     rd = _ncu(k, e, "dram__bytes_read.sum") / _ncu(k, t, "dram__bytes_read.sum")
     assert 0.99 < rd < 1.01
     assert 1.0 <= _ncu(k, e) / _ncu(k, t) < 1.03
+
+
+# The whole corpus, tensor-core part included (benchmarks/results/corpus_all_h200.json, from the
+# gate's H200 records of pipelines/mine_all.toml's workloads): issue 7's targets against the vendor
+# measured in the same worker.
+ALL = ROOT / "benchmarks" / "results" / "corpus_all_h200.json"
+PART2_TARGETS = {"gemm": 0.75, "conv2d": 0.8, "fmha": 0.75, "gdn": 0.5}
+
+
+def test_tensor_core_experts_meet_their_targets():
+    rows = json.loads(ALL.read_text())
+    seen = set()
+    for r in rows:
+        if r["workload"] not in PART2_TARGETS:
+            continue
+        seen.add(r["workload"])
+        assert r["status"] == "PASSED" and r["gpu"] == "NVIDIA H200"
+        assert r["shapes_passed"] == r["shapes_checked"] >= 11
+        assert r["speedup_vs_vendor"] >= PART2_TARGETS[r["workload"]], r["workload"]
+        # compute-bound: the worker's own bf16 peak measurement and the fraction reached
+        assert r["peak_TFLOPs"] > 600 and 0 < r["fraction_of_peak"] < 1
+    assert seen == set(PART2_TARGETS)
+
+
+def test_whole_corpus_record_matches_the_shipped_evaluations(tmp_path):
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from corpus_table import corpus_dirs, table
+
+    from klineage.store import open_store
+    from klineage.store.recorded import import_recorded
+    store = open_store(tmp_path / "r.duckdb")
+    import_recorded(store)
+    again = json.loads(json.dumps(table(store, corpus_dirs(ROOT / "pipelines" / "mine_all.toml")), default=str))
+    store.close()
+    assert again == json.loads(ALL.read_text())
