@@ -49,15 +49,13 @@ class _AllPass:
                           env={"gpu": "none", "capability": "9.0"})
 
 
-def prebuild(run, only: set[str] | None = None, store=None) -> dict:
-    """Build in parallel what the run will build: every corpus kernel file and every kernel an
-    all-accepting walk visits, less those the (seeded) store already has an evaluation of."""
-    from klineage.gate.compile import compile_many
+def walk_sources(run, only: set[str] | None = None) -> dict[str, None]:
+    """Every corpus kernel file and every kernel an all-accepting walk of `run`'s targets visits (in
+    the workloads `only`, when given), as an ordered set of sources."""
     from klineage.lineage.proposers import make_proposer
     from klineage.lineage.walk import Walker
     from klineage.workload import load_workload
 
-    t0 = time.perf_counter()
     sources = {}
     for p in sorted((ROOT / "expert_kernels").rglob("*.cu")):
         if not only or p.relative_to(ROOT / "expert_kernels").parts[0] in only:
@@ -72,6 +70,16 @@ def prebuild(run, only: set[str] | None = None, store=None) -> dict:
         Walker(g, wl, [prop], run.limits).run(start, origin=str(tgt.start))
         for s in g.seen.values():
             sources[s] = None
+    return sources
+
+
+def prebuild(run, only: set[str] | None = None, store=None) -> dict:
+    """Build in parallel what the run will build: walk_sources(), less the kernels the (seeded)
+    store already has an evaluation of."""
+    from klineage.gate.compile import compile_many
+
+    t0 = time.perf_counter()
+    sources = walk_sources(run, only)
     if store is not None:
         from klineage.gate.gate import kernel_hash
         stored = {h for (h,) in store._query("SELECT DISTINCT kernel_hash FROM evaluations", [])}
