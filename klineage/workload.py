@@ -39,10 +39,17 @@ A workload file is plain Python defining these module-level names (all required 
                 output ``reference`` returns; ``reference`` may then leave such outputs out. It gets
                 the inputs and outputs as device tensors and must not raise on wrong outputs.
 
+A workload may share code with its siblings through a package of the corpus folder (the folder above
+the workload folders), imported by name: ``from heldout_ops.attention import define``. The loader puts
+the corpus folder on the import path for such a file, and the workload's content hash then covers
+every file of each package it imports (``shared_modules``), so a change there re-keys every
+evaluation of the workloads built on it, as a change of workload.py itself does.
+
 Malformed files raise ``WorkloadError`` naming the file and the field.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import inspect
@@ -309,6 +316,40 @@ def _check_consistency(path: Path, mod, args: tuple[Arg, ...], shape: dict) -> N
             raise _fail(path, "outputs", f"{name}: dtype {dtype!r} unknown")
 
 
+def shared_modules(workload_file: Path, source: bytes | None = None) -> list[Path]:
+    """The corpus's own Python files that `workload_file` imports: for each top-level name it imports,
+    every .py file of the package of that name (a folder with __init__.py) or the module file
+    NAME.py in the corpus folder (the workload folder's parent). Sorted; [] for a workload that
+    imports only installed packages."""
+    root = workload_file.parent.parent
+    try:
+        tree = ast.parse(source if source is not None else workload_file.read_bytes())
+    except SyntaxError:
+        return []  # the import below reports the syntax error
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    files: list[Path] = []
+    for n in sorted(names):
+        if (root / n / "__init__.py").is_file():
+            files += sorted(f for f in (root / n).rglob("*.py") if "__pycache__" not in f.parts)
+        elif (root / f"{n}.py").is_file():
+            files.append(root / f"{n}.py")
+    return files
+
+
+def content_hash(workload_file: Path, source: bytes, shared: list[Path]) -> str:
+    """sha256 of workload.py, and of each shared module (its path within the corpus folder and its
+    text) when there are any."""
+    h = hashlib.sha256(source)
+    for f in shared:
+        h.update(b"\0" + f.relative_to(workload_file.parent.parent).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
 def load_workload(path: str | Path) -> Workload:
     """Load and validate a workload from a folder holding workload.py, or the file itself.
 
@@ -321,6 +362,9 @@ def load_workload(path: str | Path) -> Workload:
         raise WorkloadError(f"{p}: no workload file here (a workload folder must hold workload.py)")
     p = p.resolve()
     source = p.read_bytes()
+    shared = shared_modules(p, source)
+    if shared and str(p.parent.parent) not in sys.path:
+        sys.path.insert(0, str(p.parent.parent))
     mod_name = f"klineage_workload_{hashlib.sha256(str(p).encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(mod_name, p)
     mod = importlib.util.module_from_spec(spec)
@@ -356,7 +400,7 @@ def load_workload(path: str | Path) -> Workload:
     return Workload(
         name=name, family=family, dtypes=tuple(dtypes), entry=entry, args=args, tolerance=tol,
         benchmark_cases=cases, probe_shapes=probes, vendor_name=vendor_name, stateful=stateful,
-        path=p, content_hash=hashlib.sha256(source).hexdigest(), module=mod,
+        path=p, content_hash=content_hash(p, source, shared), module=mod,
         timing_budget_s=None if budget is None else float(budget),
     )
 
