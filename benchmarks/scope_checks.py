@@ -34,7 +34,7 @@ def main() -> int:
     from mine_h200 import walk_sources
 
     from klineage.lineage.mine import load_config
-    from klineage.lineage.scope import ARCHS, compile_check, export_checks, recorded_file
+    from klineage.lineage.scope import ARCHS, check_key, compile_check, export_checks, recorded_file
 
     run, _raw = load_config(ns.config)
     sources = list(walk_sources(run, {w for w in ns.only.split(",") if w} or None))
@@ -51,7 +51,7 @@ def main() -> int:
 
     with ThreadPoolExecutor(max_workers=ns.jobs) as pool:
         results = list(pool.map(one, tasks))
-    n = export_checks(recorded_file())
+    n = export_checks(recorded_file(), {check_key(*t) for t in tasks})
     print(f"{len(sources)} kernels x {len(ARCHS)} archs: {sum(r['cached'] for r in results)} already known, "
           f"{sum(r['ok'] for r in results)} build; {n} verdicts in {recorded_file()} "
           f"({time.perf_counter() - t0:.0f} s)")

@@ -82,10 +82,18 @@ def _recorded_checks() -> dict[str, dict]:
     return _recorded
 
 
-def export_checks(path: Path) -> int:
-    """Every cached verdict as JSON Lines {"key", "check"} sorted by key (merged with the shipped ones)."""
+def check_key(source: str, arch: str) -> str:
+    """The key compile_check() caches and ships the verdict of `source` for `arch` under."""
+    return _key(source, arch, nvcc_version(), [*CHECK_FLAGS, *arch_flags(arch)])
+
+
+def export_checks(path: Path, keys: set[str] | None = None) -> int:
+    """Every cached verdict (or those of `keys`) as JSON Lines {"key", "check"} sorted by key, merged
+    with the shipped ones."""
     rows = dict(_recorded_checks())
     for f in sorted(cache_dir().glob("*/*.json")):
+        if keys is not None and f.stem not in keys:
+            continue
         try:
             rows[f.stem] = json.loads(f.read_text())
         except (OSError, ValueError):
