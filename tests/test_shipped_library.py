@@ -223,3 +223,14 @@ def test_the_library_names_no_path_of_a_checkout():
     """Nothing in the canonical dump depends on where the repository sits (a clean clone replays it)."""
     text = json.dumps(_dump(SHIPPED), sort_keys=True, default=str)
     assert str(ROOT) not in text and "/work/" not in text and "/tmp/" not in text
+
+
+def test_the_shipped_library_has_every_migration():
+    """Opening it with any command must not rewrite it: its schema is the newest one."""
+    import duckdb
+
+    from klineage.store.migrations import MIGRATIONS
+    con = duckdb.connect(str(SHIPPED), read_only=True)
+    done = {r[0] for r in con.execute("SELECT name FROM schema_migrations").fetchall()}
+    con.close()
+    assert [n for n, _ in MIGRATIONS if n not in done] == []
