@@ -9,7 +9,7 @@ mkdir -p "$out"
 for d in heldout/$glob/; do
   d=${d%/}
   [ -f "$d/workload.py" ] || continue
-  starts=$(python3 -c "import runpy,sys; m=runpy.run_path('$d/workload.py'); print(' '.join(m.get('STARTS', {}).values()))")
+  starts=$(python3 -c "from klineage.workload import load_workload; m=load_workload('$d').module; print(' '.join(getattr(m, 'STARTS', {}).values()))")
   for k in $starts; do
     echo "== $(basename "$d") $(basename "$k")"
     timeout 150 python3 benchmarks/kernel_dev.py "$d" "heldout/$k" --reps 10 --out "$out/$(basename "$d")" "$@" 2>&1 | grep -v "^\s*$"

@@ -64,3 +64,30 @@ def test_a_probe_workload_carries_the_shared_modules(tmp_path, monkeypatch):
     assert pw.benchmark_cases
     assert (Path(pw.path).parent.parent / "klineage_test_ops" / "rows.py").read_text() == OPS
     assert shared_modules(Path(pw.path))  # its hash covers them too
+
+
+def test_the_llm_contract_shows_the_shared_modules(tmp_path):
+    from klineage.apply.materialize import contract_text
+    wl = load_workload(_corpus(tmp_path) / "inst")
+    text = contract_text(wl)
+    assert INSTANCE in text and "klineage_test_ops/rows.py (imported by workload.py)" in text
+    assert "def reference(" in text  # the oracle lives in the shared module
+
+
+def test_a_heldout_fallback_reference_loads_in_a_fresh_process(tmp_path, monkeypatch):
+    """The generated fallback workload execs the instance file, which imports heldout_ops: a fresh
+    process (a gate worker) must find the package without having loaded the instance first."""
+    import os
+    import subprocess
+    import sys
+
+    from klineage.heldout.instances import _fallback_workload, load_instances
+    monkeypatch.setenv("KLINEAGE_HOME", str(tmp_path / "home"))
+    inst = next(i for i in load_instances(ROOT / "heldout") if i.name == "rmsnorm_8192x8192")
+    path = _fallback_workload(inst).path
+    code = ("import sys; from klineage.workload import load_workload; "
+            f"w = load_workload({str(path)!r}); print(w.name, w.vendor_name.split()[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ),
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["rmsnorm_8192x8192", "torch.compile"]

@@ -244,8 +244,14 @@ class LLMBackendMaterializer:
 
 
 def contract_text(wl: Workload) -> str:
-    """What a model needs of the workload: the entry point's C signature and the workload file."""
-    return f"Entry point (keep exactly): {wl.c_signature}\n\nworkload.py:\n" + Path(wl.path).read_text()
+    """What a model needs of the workload: the entry point's C signature, the workload file and the
+    corpus modules it imports (its oracle, inputs and tolerance may live there)."""
+    from klineage.workload import shared_modules
+    path = Path(wl.path)
+    text = f"Entry point (keep exactly): {wl.c_signature}\n\nworkload.py:\n" + path.read_text()
+    for f in shared_modules(path):
+        text += f"\n\n{f.relative_to(path.parent.parent).as_posix()} (imported by workload.py):\n" + f.read_text()
+    return text
 
 
 REGISTRY = {"rules": RulesMaterializer, "sweep": SweepMaterializer, "llm": LLMBackendMaterializer}
