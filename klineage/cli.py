@@ -290,10 +290,13 @@ class _Progress:
                    "worker per visible GPU, nvcc on every core) or ray (a Ray cluster). The library is the same.")
 @click.option("--ray-address", default=None,
               help="With --executor ray: the cluster to join (HOST:PORT of `ray start --head`); default: a new local one.")
+@click.option("--check-builds", is_flag=True,
+              help="Build every kernel with the local nvcc even when its evaluation is stored (with --replay: shows "
+                   "that the recorded kernels still build here; slower). By default a stored record is used unbuilt.")
 @json_option
 @library_errors
 def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, replay, quiet, model, base_url,
-             budget_usd, dry_run, executor_name, ray_address, as_json):
+             budget_usd, dry_run, executor_name, ray_address, check_builds, as_json):
     """Walk expert kernels backward and lift every accepted step into a skill."""
     import dataclasses
 
@@ -327,7 +330,8 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
     executor = make_executor(executor_name, ray_address=ray_address)
     store = _open_store(db_path)
     try:
-        summary = _execute_mine(run, store, replay, quiet or as_json, llm=llm, executor=executor)
+        summary = _execute_mine(run, store, replay, quiet or as_json, llm=llm, executor=executor,
+                                build_stored=check_builds)
     finally:
         store.close()
         if executor is not None:
@@ -342,13 +346,13 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
         sys.exit(4)
 
 
-def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None) -> dict:
+def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None, build_stored: bool = False) -> dict:
     from klineage.gate.gate import Gate
     from klineage.lineage.mine import run_mine
     if replay:
         from klineage.store.recorded import import_recorded
         import_recorded(store)
-    gate = Gate(store, run.gate_config())
+    gate = Gate(store, run.gate_config(), build_stored=build_stored)
     progress = _Progress(quiet)
     try:
         return run_mine(run, store, gate, replay=replay, progress=progress, llm=llm, executor=executor)

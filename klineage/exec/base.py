@@ -141,7 +141,8 @@ class Executor:
         from klineage.gate.gate import Gate
         if gate.store is not None and (self._journal is None or self._journal._base is not gate.store):
             self._journal = JournalStore(gate.store)
-        bound = Gate(self._journal if gate.store is not None else None, gate.config, executor=self)
+        bound = Gate(self._journal if gate.store is not None else None, gate.config, executor=self,
+                     build_stored=gate.build_stored)
         bound.compile_log = gate.compile_log
         return bound
 

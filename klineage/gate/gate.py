@@ -108,8 +108,11 @@ class Gate:
     concurrent requests of the same evaluation are done once."""
 
     def __init__(self, store=None, config: GateConfig | None = None, worker=None, executor=None,
-                 group: str = "main", owns_group: bool = False):
+                 group: str = "main", owns_group: bool = False, build_stored: bool = False):
         self.store = store
+        # True: build a kernel even when its evaluation is stored (a replay then shows that every
+        # recorded kernel still builds with this nvcc); False: a stored record is used unbuilt
+        self.build_stored = build_stored
         self.config = config or GateConfig()
         self._worker = worker
         self.executor = executor
@@ -162,7 +165,7 @@ class Gate:
                              error_kind="static_guard", error_message=guard.summary)
             self._store_result(res, req, source, origin, workload)
             return res
-        if self.store is not None and not remeasure:
+        if self.store is not None and not remeasure and not self.build_stored:
             # A stored record needs no build: its request names the nvcc that made it, which is the one
             # here (or any, on replay). This keeps a replay, or a run continued from records, from
             # compiling every kernel it only looks up.
@@ -247,10 +250,11 @@ class Gate:
         starts its own on first live use when `share_worker` is False (a fresh-process repeat)."""
         if self.executor is not None:  # the executor's workers: a group of its own for a fresh process
             g = Gate(self.store, config, executor=self.executor,
-                     group=self._group if share_worker else self.executor.new_group(), owns_group=not share_worker)
+                     group=self._group if share_worker else self.executor.new_group(), owns_group=not share_worker,
+                     build_stored=self.build_stored)
             g.compile_log = self.compile_log
             return g
-        g = Gate(self.store, config, worker=self._worker if share_worker else None)
+        g = Gate(self.store, config, worker=self._worker if share_worker else None, build_stored=self.build_stored)
         g.compile_log = self.compile_log
         return g
 

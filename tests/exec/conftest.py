@@ -23,9 +23,10 @@ def serial_library(subset_config, tmp_path_factory):
     mp.setenv("KLINEAGE_HOME", str(home(tmp_path_factory)))
     try:
         db = tmp_path_factory.mktemp("exec-serial") / "lib.duckdb"
-        summary = mine(subset_config, db)
+        summary = mine(subset_config, db, "--check-builds")  # every kernel built: the executors get compile tasks
     finally:
         mp.undo()
     dump, counts = library(db)
     assert summary["missing"] == [] and dump["lineages"] and dump["skills"]
+    assert summary["phases"]["compile_requests"] > 20  # the killed-worker test kills the 20th compile task
     return summary, dump, counts

@@ -123,7 +123,7 @@ def test_make_executor():
 def test_local_executor_mines_the_serial_library(subset_config, serial_library, tmp_path):
     summary, dump, counts = serial_library
     db = tmp_path / "local.duckdb"
-    out = mine(subset_config, db, "--executor", "local")
+    out = mine(subset_config, db, "--executor", "local", "--check-builds")
     got_dump, got_counts = library(db)
     assert got_dump == dump and got_counts == counts
     assert out["evaluations"] == summary["evaluations"] and out["missing"] == []

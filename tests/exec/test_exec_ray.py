@@ -29,7 +29,7 @@ def cluster(tmp_path_factory):
 def test_replayed_mine_through_ray_is_the_serial_library(cluster, subset_config, serial_library, tmp_path):
     summary, dump, counts = serial_library
     db = tmp_path / "ray.duckdb"
-    out = mine(subset_config, db, "--executor", "ray")
+    out = mine(subset_config, db, "--executor", "ray", "--check-builds")
     got_dump, got_counts = library(db)
     assert got_dump == dump and got_counts == counts
     assert out["evaluations"] == summary["evaluations"] and out["missing"] == []
@@ -55,7 +55,7 @@ def test_a_killed_ray_worker_changes_nothing(cluster, subset_config, serial_libr
     store = open_store(db)
     try:
         import_recorded(store)
-        gate = Gate(store, run.gate_config())
+        gate = Gate(store, run.gate_config(), build_stored=True)
         out = run_mine(run, store, gate, replay=True, executor=ex)
     finally:
         store.close()

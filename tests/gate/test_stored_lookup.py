@@ -89,3 +89,20 @@ def test_timing_budget_is_read_and_validated(tmp_path):
     for bad in ("0", "-1", "'10'", "True"):
         with pytest.raises(WorkloadError, match="TIMING_BUDGET_S"):
             load_workload(_workload_with(tmp_path / f"b{len(bad)}{bad[0]}", f"TIMING_BUDGET_S = {bad}"))
+
+
+def test_build_stored_builds_a_kernel_whose_record_is_stored(tmp_path, monkeypatch):
+    """`mine --check-builds`: the record is still used, but the kernel is built first."""
+    store, _, cfg = _store_with_gate_records(tmp_path)
+    wl = load_workload(ROW_SUM)
+    src = (ROW_SUM / "expert.cu").read_text()
+    real, built = gate_mod.compile_kernel, []
+
+    def counting_build(source, arch, flags):
+        built.append(kernel_hash(source))
+        return real(source, arch, flags)
+    monkeypatch.setattr(gate_mod, "compile_kernel", counting_build)
+    res = Gate(store, cfg, build_stored=True).evaluate(src, wl, replay=True)
+    assert built == [kernel_hash(src)]
+    assert res.status == Status.PASSED and res.source == "replayed"
+    store.close()

@@ -89,6 +89,9 @@ def test_an_older_database_is_migrated_and_keeps_its_data(tmp_path):
     old = tmp_path / "old.duckdb"
     shutil.copy(ROOT / "skills_db" / "skills.duckdb", old)
     con = duckdb.connect(str(old))
+    # back to the schema of 0002: the tables of every later migration go
+    con.execute("DROP TABLE heldout_results")
+    con.execute("DROP TABLE heldout_runs")
     con.execute("DROP TABLE pipeline_runs")
     con.execute("DROP TABLE apply_steps")
     con.execute("DROP TABLE apply_runs")
