@@ -53,10 +53,7 @@ CUDA_ERRORS = {
     710: "cudaErrorAssert", 716: "cudaErrorMisalignedAddress", 719: "cudaErrorLaunchFailure",
 }
 CUDA_LIMIT_PERSISTING_L2 = 0x06
-
-
-
-MIN_TIMED_REPS = 5
+MIN_TIMED_REPS = 5  # a workload's TIMING_BUDGET_S never cuts a trial below this many timed calls
 
 
 def fit_to_budget(budget_s: float, call_s: float, warmup: int, reps: int) -> tuple[int, int, dict | None]:
