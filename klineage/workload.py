@@ -53,7 +53,9 @@ import ast
 import hashlib
 import importlib.util
 import inspect
+import os
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -339,6 +341,19 @@ def shared_modules(workload_file: Path, source: bytes | None = None) -> list[Pat
         elif (root / f"{n}.py").is_file():
             files.append(root / f"{n}.py")
     return files
+
+
+def write_generated(path: Path, data: bytes) -> None:
+    """Write a generated workload file (or a module it imports) atomically through a temporary file
+    of its own, leaving it untouched when it already holds `data`: concurrent writers of the same
+    content never see a half-written file."""
+    if path.is_file() and path.read_bytes() == data:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    Path(tmp).replace(path)
 
 
 def content_hash(workload_file: Path, source: bytes, shared: list[Path]) -> str:

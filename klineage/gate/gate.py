@@ -80,14 +80,6 @@ def _digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
-class _NvccOnly:
-    """What request() reads of a build, before building: the local nvcc's version line."""
-
-    @property
-    def nvcc_version(self) -> str:
-        return nvcc_version()
-
-
 @dataclass
 class GateConfig:
     arch: str = DEFAULT_ARCH
@@ -119,7 +111,10 @@ class Gate:
         self._group, self._owns_group = group, owns_group
         self.compile_log: list[dict] = []  # one entry per nvcc request: cached?, seconds
 
-    def request(self, source: str, workload: Workload, compiled: CompileResult | None = None) -> dict:
+    def request(self, source: str, workload: Workload, compiled: CompileResult | None = None,
+                nvcc: str | None = None) -> dict:
+        """The evaluation's request (what its key is made of); the nvcc is the build's, or `nvcc`
+        before any build."""
         cfg = self.config
         shapes = [{"kind": k, "shape": s} for k, s in workload.all_shapes()
                   if cfg.shapes == "all" or k == "benchmark"]
@@ -132,7 +127,7 @@ class Gate:
             "timing": dict(cfg.timing),
             "arch": cfg.arch,
             "flags": list(cfg.extra_flags),
-            "nvcc": compiled.nvcc_version if compiled else None,
+            "nvcc": compiled.nvcc_version if compiled else nvcc,
             "guard": cfg.guard,
             **({"round": cfg.round} if cfg.round != 1 else {}),
         }
@@ -169,7 +164,8 @@ class Gate:
             # A stored record needs no build: its request names the nvcc that made it, which is the one
             # here (or any, on replay). This keeps a replay, or a run continued from records, from
             # compiling every kernel it only looks up.
-            early = self._stored(source, workload, replay, khash, self.request(source, workload, _NvccOnly()), origin)
+            early = self._stored(source, workload, replay, khash,
+                                 self.request(source, workload, nvcc=nvcc_version()), origin)
             if early is not None:
                 return early
         compiled = (self.executor.compile(source, self.config.arch, tuple(self.config.extra_flags))

@@ -67,6 +67,7 @@ def fit_to_budget(budget_s: float, call_s: float, warmup: int, reps: int) -> tup
     new_reps = max(MIN_TIMED_REPS, min(reps, fit - 2))
     return max(1, min(warmup, fit - new_reps)), new_reps, note
 
+
 class CandidateFailure(Exception):
     """A candidate-caused failure with a gate status; `fatal` when the CUDA context is lost."""
 
@@ -443,7 +444,7 @@ class Evaluator:
             call = (lambda: cand.call({**buf, **outs}, scal, stream)) if which == "candidate" else (lambda: vendor(buf))
             return timed_call(self.dev, call, stream)[1]
 
-        budget = getattr(workload, "timing_budget_s", None)
+        budget = workload.timing_budget_s
         fitted = None
         if budget:  # the workload caps a trial's seconds: size warm-up and reps from one call of each
             probe_s = (timed("candidate", sets[0]) + timed("vendor", sets[0])) * 1e-6

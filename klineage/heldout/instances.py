@@ -23,7 +23,7 @@ from pathlib import Path
 from klineage import settings
 from klineage.errors import KLineageError, read_source
 from klineage.gate.gate import kernel_hash
-from klineage.workload import Workload, load_workload
+from klineage.workload import Workload, load_workload, write_generated
 
 FAMILIES = ("gemm", "attention", "reduction")
 
@@ -133,13 +133,8 @@ vendor = vendor_fallback
 
 def _fallback_workload(inst: Instance) -> Workload:
     src = _SHIM.format(name=inst.name, path=str(inst.workload.path))
-    d = settings.data_dir() / "heldout_fallback" / hashlib.sha256(src.encode()).hexdigest()[:16]
-    d.mkdir(parents=True, exist_ok=True)
-    p = d / "workload.py"
-    if not p.is_file() or p.read_text() != src:
-        tmp = d / f".workload.{id(inst)}.tmp"
-        tmp.write_text(src)
-        tmp.replace(p)
+    p = settings.data_dir() / "heldout_fallback" / hashlib.sha256(src.encode()).hexdigest()[:16] / "workload.py"
+    write_generated(p, src.encode())
     return dataclasses.replace(load_workload(p), content_hash=fallback_hash(inst.workload.content_hash))
 
 

@@ -30,7 +30,8 @@ from pathlib import Path
 from klineage import settings
 from klineage.errors import ReplayMissingError
 from klineage.gate.gate import Gate, GateConfig, Status, kernel_hash
-from klineage.workload import ALIAS_KEY, OFFSET_KEY, Workload, load_workload, shape_key, shared_modules
+from klineage.workload import (ALIAS_KEY, OFFSET_KEY, Workload, load_workload, shape_key, shared_modules,
+                               write_generated)
 
 VALUES_KEY = "values"  # reserved key of a generated probe shape: which input transform applies
 LARGE_SCALE = 1000.0
@@ -162,17 +163,8 @@ def probe_workload(wl: Workload, probes: list[Probe]) -> Workload:
     # folder, so the generated file imports them and its hash covers them as the original's does
     corpus = Path(wl.path).parent.parent
     for src in shared_modules(Path(wl.path)):
-        dst = d.parent / src.relative_to(corpus)
-        if not dst.is_file() or dst.read_bytes() != src.read_bytes():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dst.with_name(f".{dst.name}.tmp")
-            tmp.write_bytes(src.read_bytes())
-            tmp.replace(dst)
-    if not f.is_file() or f.read_text() != text:
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / ".workload.py.tmp"
-        tmp.write_text(text)
-        tmp.replace(f)
+        write_generated(d.parent / src.relative_to(corpus), src.read_bytes())
+    write_generated(f, text.encode())
     return load_workload(d)
 
 
