@@ -122,12 +122,17 @@ def analyze_transitions(transitions: list[dict], source_of: Callable[[str], str 
         out: dict = {"rounds": []}
         progress("analysis", step=f"{t['workload_name']}:{t['step']}", mechanism=t["mechanism"])
         for g in extra_rounds:
-            try:
-                r_rich = g.evaluate(rich, wl, replay=replay)
-                r_simple = g.evaluate(simple, wl, replay=replay)
-            except ReplayMissingError as e:
-                missing.append({"transition_id": tid, "what": f"round {g.config.round}", "message": str(e)})
+            got = {}
+            for side, src in (("richer", rich), ("simpler", simple)):
+                try:
+                    got[side] = g.evaluate(src, wl, replay=replay)
+                except ReplayMissingError as e:
+                    missing.append({"transition_id": tid, "workload": t["workload_name"],
+                                    "kernel_hash": t[f"{side}_hash"], "what": f"round {g.config.round}",
+                                    "message": str(e)})
+            if len(got) < 2:
                 continue
+            r_rich, r_simple = got["richer"], got["simpler"]
             if r_rich.passed and r_simple.passed:
                 out["rounds"].append({"round": g.config.round, "effects": compare_timing(r_rich, r_simple),
                                       "eval_richer": r_rich.eval_key, "eval_simpler": r_simple.eval_key})

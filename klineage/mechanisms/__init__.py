@@ -7,7 +7,9 @@ families. Within one family, loci are tried in source order.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
+from collections import OrderedDict
 
 from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable
 
@@ -41,12 +43,29 @@ def registry() -> dict[str, Mechanism]:
     return out
 
 
+_DETECTED: OrderedDict[str, tuple[Feature, ...]] = OrderedDict()
+_DETECTED_MAX = 4096
+
+
 def detect_all(source: str | Kernel) -> list[Feature]:
-    """All features of a kernel, every family, in registry order then source order."""
+    """All features of a kernel, every family, in registry order then source order.
+
+    Detection is a pure function of the source text, and a mining run asks for the same kernel's
+    features many times (the walk, every admission target of every skill), so the last
+    _DETECTED_MAX answers are kept, keyed by the text's digest. Features are frozen; each caller
+    gets its own list."""
     k = source if isinstance(source, Kernel) else Kernel(source)
+    key = hashlib.sha256(k.source.encode()).hexdigest()
+    hit = _DETECTED.get(key)
+    if hit is not None:
+        _DETECTED.move_to_end(key)
+        return list(hit)
     feats: list[Feature] = []
     for m in registry().values():
         feats.extend(m.detect(k))
+    _DETECTED[key] = tuple(feats)
+    while len(_DETECTED) > _DETECTED_MAX:
+        _DETECTED.popitem(last=False)
     return feats
 
 

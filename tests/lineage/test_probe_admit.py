@@ -246,3 +246,32 @@ def test_shipped_library_has_risks_from_real_h200_failures():
         assert all(r["message"] and r["eval_key"] and r["status"] == "INCORRECT" for r in risks)
     assert any("confident_large" in r["probe"] for r in real["fast_exp2/kernel-structure"])
     assert any(r["probe"].startswith("aliased_output") for r in real["reduce_then_scan/kernel-structure"])
+
+
+def test_a_replay_missing_round_two_lists_each_kernel_with_its_workload(tmp_path, monkeypatch):
+    """A replay whose round-2 records are absent: every missing kernel is listed by workload and
+    hash, richer and simpler apart, and the text summary prints them (it once died on a KeyError)."""
+    monkeypatch.setenv("KLINEAGE_HOME", str(tmp_path / "home"))
+    from klineage.lineage.analyze import AnalysisConfig
+    from klineage.lineage.mine import MineRun, run_mine, targets_for
+    from klineage.report.text import format_mine_summary
+    from klineage.store import open_store
+
+    class RoundTwoMissing(ScriptedGate):
+        def evaluate(self, source, workload, origin=None, replay=False):
+            if self.config.round == 2:
+                raise admit.ReplayMissingError(f"no recorded evaluation of kernel {kernel_hash(source)[:12]}")
+            return super().evaluate(source, workload, origin, replay)
+
+    store = open_store(tmp_path / "lib.duckdb")
+    run = MineRun(targets_for([ROW_SUM], "rules"),
+                  analysis=AnalysisConfig(rounds=2, probes=False, static=False, scope=False, admission=False))
+    summary = run_mine(run, store, RoundTwoMissing(store=store), replay=True)
+    rounds = [m for m in summary["missing"] if m["what"] == "round 2"]
+    steps = summary["lineages"][0]["steps"]
+    assert steps > 0 and len(rounds) == 2 * steps
+    kernels = {s["kernel_hash"] for l in store.lineages() for s in l["states"]}
+    assert all(m["workload"] == "row_sum" and m["kernel_hash"] in kernels for m in rounds)
+    text = format_mine_summary(summary)
+    assert f"NOT REPLAYED ({len(summary['missing'])} evaluations had no record)" in text
+    assert text.count("row_sum kernel ") == len(summary["missing"]) and "(round 2)" in text
