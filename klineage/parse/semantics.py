@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,7 +152,16 @@ def _enclosing_function(c: ci.Cursor) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=64)
+def _file_cursors(tu: ci.TranslationUnit) -> Iterator[ci.Cursor]:
+    """Every cursor written in the kernel file, in preorder. Top-level declarations of the headers
+    (the CUDA runtime's, most of the tree) are skipped whole: a declaration's extent lies in one
+    file, so none of them holds a cursor of ours."""
+    for top in tu.cursor.get_children():
+        if _in_file(top):
+            yield from (c for c in top.walk_preorder() if _in_file(c))
+
+
+@functools.lru_cache(maxsize=1024)
 def _analyze(digest: str, source: str) -> Semantics:
     index = ci.Index.create()
     tu = index.parse(_FILE, args=list(ARGS), unsaved_files=[(_FILE, source)],
@@ -160,9 +170,7 @@ def _analyze(digest: str, source: str) -> Semantics:
     sem.errors = [f"{d.location.line}:{d.location.column}: {d.spelling}" for d in tu.diagnostics
                   if d.severity >= ci.Diagnostic.Error and d.location.file and d.location.file.name == _FILE]
     live = set()
-    for c in tu.cursor.walk_preorder():
-        if not _in_file(c):
-            continue
+    for c in _file_cursors(tu):
         k = c.kind
         if k.is_statement() or k.is_expression() or k.is_declaration():
             live.add(c.location.line)
