@@ -82,7 +82,7 @@ def prebuild(run, only: set[str] | None = None, store=None) -> dict:
     sources = walk_sources(run, only)
     if store is not None:
         from klineage.gate.gate import kernel_hash
-        stored = {h for (h,) in store._query("SELECT DISTINCT kernel_hash FROM evaluations", [])}
+        stored = store.evaluated_kernels()
         sources = {s: None for s in sources if kernel_hash(s) not in stored}
     results = compile_many(list(sources))
     return {"kernels": len(results), "ok": sum(r.ok for r in results), "cached": sum(r.cached for r in results),

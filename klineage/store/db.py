@@ -320,6 +320,10 @@ class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin, HeldoutMixin):
         rows = self._query(f"SELECT {', '.join(_EVAL_COLUMNS)} FROM evaluations WHERE eval_key = ?", [eval_key])
         return _row_to_record(rows[0]) if rows else None
 
+    def evaluated_kernels(self) -> set[str]:
+        """The hash of every kernel that has at least one stored evaluation."""
+        return {h for (h,) in self._query("SELECT DISTINCT kernel_hash FROM evaluations", [])}
+
     def find_evaluations(self, kernel_hash: str | None = None, workload_hash: str | None = None,
                          request_match: dict | None = None, status: str | None = None) -> list[dict]:
         """Records matching every given filter, newest first.

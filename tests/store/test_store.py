@@ -198,6 +198,15 @@ def test_put_get_roundtrip_and_idempotence(store):
     assert store.get_evaluation("missing") is None
 
 
+def test_evaluated_kernels_lists_each_kernel_once(store):
+    assert store.evaluated_kernels() == set()
+    store.put_evaluation(record("e1", kernel="k1"))
+    store.put_evaluation(record("e2", kernel="k1", round=2))
+    store.put_evaluation(record("e3", kernel="k2", status="failed"))
+    store.put_kernel("k3", "__global__ void k() {}")  # a kernel without an evaluation
+    assert store.evaluated_kernels() == {"k1", "k2"}
+
+
 def test_replace_overwrites(store):
     store.put_evaluation(record())
     new = dict(record(), status="failed", result={"timing": [{"latency_us": 99.0}]}, gpu="H200",
