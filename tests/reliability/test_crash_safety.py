@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from klineage.store import open_store
+from tests.exec.support import CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLS = 5
@@ -25,26 +26,8 @@ def _config(tmp: Path) -> Path:
     d = tmp / "pipelines"
     d.mkdir()
     p = d / "small.toml"
-    rs = ROOT / "expert_kernels" / "row_sum"
-    p.write_text(f'''kind = "mine"
-name = "crash-test"
-[gate]
-warmup = 5
-reps = 25
-trials = 3
-[analysis]
-rounds = 2
-probes = true
-static = true
-scope = true
-admission = true
-[[target]]
-paths = ["{rs}"]
-proposer = "rules"
-[[target]]
-paths = ["{rs}"]
-proposer = "versions"
-''')
+    # the executor tests' small run (row_sum, rules and ladder, the whole analysis pass)
+    p.write_text(CONFIG.format(paths=json.dumps([str(ROOT / "expert_kernels" / "row_sum")])))
     return p
 
 
