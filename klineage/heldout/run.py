@@ -55,7 +55,7 @@ CONDITIONS = ("idiom", "skills", "control-random", "control-foreign", "llm")
 COMPLETE = ("PASSED", "FAILED")  # decided rows a resumed run reuses
 FIRST_FINAL_ROUND = 3            # round 1: the search; round 2: the loop's re-measure
 MEMORY_BOUND = ("reduction", "elementwise", "scan", "selection", "transpose", "positional")
-TENSOR_CORE = ("gemm", "convolution", "attention")
+TENSOR_CORE = ("gemm", "convolution", "attention", "linear_attention")
 # "Unrelated" by the kind of work: tensor-core instances get skills mined only from memory-bound
 # operators, reductions get skills mined only from tensor-core operators.
 DEFAULT_FOREIGN = {"gemm": MEMORY_BOUND, "attention": MEMORY_BOUND, "reduction": TENSOR_CORE}

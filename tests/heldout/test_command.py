@@ -486,7 +486,7 @@ def test_pipeline_file_and_run_command(recorded, tmp_path, library, monkeypatch)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     pl = load_pipeline(ROOT / "pipelines" / "heldout.toml")
     assert pl.kind == "heldout" and pl.run.root == ROOT / "heldout" and pl.run.config.budget == 12
-    assert pl.run.config.foreign["reduction"] == ("attention", "convolution", "gemm")
+    assert pl.run.config.foreign["reduction"] == ("attention", "convolution", "gemm", "linear_attention")
     d = tmp_path / "pipelines"
     d.mkdir()
     (tmp_path / "fixtures").symlink_to(FIXTURES)
