@@ -72,7 +72,7 @@ def format_mine_summary(summary: dict) -> str:
     if summary["missing"]:
         lines.append(f"NOT REPLAYED ({len(summary['missing'])} evaluations had no record):")
         for m in summary["missing"]:
-            lines.append(f"  {m.get('workload', '?')} kernel {m.get('kernel_hash', '?')[:12]} "
+            lines.append(f"  {m['workload']} kernel {m['kernel_hash'][:12]} "
                          f"({m.get('what') or m.get('origin') or 'derived'})")
     return "\n".join(lines)
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from klineage.errors import ReplayMissingError
 from klineage.gate.gate import GateResult, Status, kernel_hash
 from klineage.lineage import admit, probe
 from klineage.lineage.lift import effect_label
@@ -260,7 +261,7 @@ def test_a_replay_missing_round_two_lists_each_kernel_with_its_workload(tmp_path
     class RoundTwoMissing(ScriptedGate):
         def evaluate(self, source, workload, origin=None, replay=False):
             if self.config.round == 2:
-                raise admit.ReplayMissingError(f"no recorded evaluation of kernel {kernel_hash(source)[:12]}")
+                raise ReplayMissingError(f"no recorded evaluation of kernel {kernel_hash(source)[:12]}")
             return super().evaluate(source, workload, origin, replay)
 
     store = open_store(tmp_path / "lib.duckdb")

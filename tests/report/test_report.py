@@ -22,12 +22,11 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
-
-from tests.shipped import shipped_workload_dirs
 from markupsafe import escape
 
 from klineage.report import render_report
 from klineage.store import open_store
+from tests.shipped import shipped_workload_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "skills_db" / "skills.duckdb"
