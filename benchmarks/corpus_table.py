@@ -3,12 +3,11 @@
     python benchmarks/corpus_table.py [--config pipelines/mine.toml] [--db skills_db/skills.duckdb]
                                       [--json OUT.json] [--md OUT.md]
 
-For every workload of the shipped corpus run (the targets of pipelines/mine.toml): the expert's PASSED evaluation (newest), per benchmark
-case: expert latency, vendor-reference latency (timed in the same worker, alternating call by call),
-speedup, bytes moved (the workload's bytes_moved formula), achieved bandwidth and its fraction of the
+For every workload of the shipped corpus run (the targets of pipelines/mine.toml, the whole corpus):
+the expert's PASSED evaluation (newest), per benchmark case: expert latency, vendor-reference latency
+(timed in the same worker, alternating call by call), speedup, bytes moved (the workload's bytes_moved formula), achieved bandwidth and its fraction of the
 measured device copy bandwidth, achieved TFLOP/s and its fraction of the measured bf16 tensor-core peak
 (recorded by the worker for compute-bound cases only), and whether every benchmark and probe shape passed.
-`--config pipelines/mine_all.toml` gives the whole corpus, tensor-core part included.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Compile verdicts for the hardware-scope analysis, computed ahead of a GPU run and shipped.
 
-    python benchmarks/scope_checks.py [--config pipelines/mine_all.toml] [--only fmha,gdn] [--jobs N]
+    python benchmarks/scope_checks.py [--config pipelines/mine.toml] [--only fmha,gdn] [--jobs N]
 
 The analysis pass compiles both kernels of every accepted step for five architectures
 (klineage/lineage/scope.py). Those are CPU builds, and the verdict depends only on the source, the arch
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", type=Path, default=ROOT / "pipelines" / "mine_all.toml")
+    ap.add_argument("--config", type=Path, default=ROOT / "pipelines" / "mine.toml")
     ap.add_argument("--only", default="", help="comma-separated workload names (default: every target)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ns = ap.parse_args()

@@ -105,7 +105,7 @@ def test_each_shortfall_has_its_profile_evidence():
 
 
 # The whole corpus, tensor-core part included (benchmarks/results/corpus_all_h200.json, from the
-# gate's H200 records of pipelines/mine_all.toml's workloads): issue 7's targets against the vendor
+# gate's H200 records of pipelines/mine.toml's workloads): issue 7's targets against the vendor
 # measured in the same worker.
 ALL = ROOT / "benchmarks" / "results" / "corpus_all_h200.json"
 
@@ -134,6 +134,6 @@ def test_whole_corpus_record_matches_the_shipped_evaluations(tmp_path):
     from klineage.store.recorded import import_recorded
     store = open_store(tmp_path / "r.duckdb")
     import_recorded(store)
-    again = json.loads(json.dumps(table(store, corpus_dirs(ROOT / "pipelines" / "mine_all.toml")), default=str))
+    again = json.loads(json.dumps(table(store, corpus_dirs(ROOT / "pipelines" / "mine.toml")), default=str))
     store.close()
     assert again == json.loads(ALL.read_text())

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call of the merged corpus run (pipelines/mine_all.toml), continued from the shipped records:
-#   bash benchmarks/mine_all_h200.sh OUTDIR [SECONDS]        (on the GPU machine; carry .whlx and .whlf,
+# One device call of the corpus run (pipelines/mine.toml), continued from the shipped records:
+#   bash benchmarks/mine_corpus_h200.sh OUTDIR [SECONDS]        (on the GPU machine; carry .whlx and .whlf,
 #                                                            built by benchmarks/device_site.sh x f)
 # SECONDS (default 550) stays under the call's limit, so the run is cut by `timeout` and exports what
 # it measured. Back here: python benchmarks/merge_records.py OUTDIR/mine_h200.jsonl.gz
@@ -11,11 +11,11 @@ python3 -c "import tarfile; tarfile.open('.whlx/site.tar.xz').extractall('/tmp')
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whlf/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD FLA_FLASH_QLA=0
 mkdir -p "$out"
-# Every walk of the run is recorded by now (what is left is the analysis pass: repeat rounds, probes,
-# admission, over kernels already built once), so there is nothing to prebuild: set PREBUILD=1 to
-# build the not-yet-recorded kernels of fmha and gdn in parallel first, as the first calls did.
+# Every evaluation of the run is recorded by now (the call replays it all and measures nothing), so
+# there is nothing to prebuild: set PREBUILD=1 to build not-yet-recorded kernels of fmha and gdn in
+# parallel first, as the first calls of the merged run did.
 pre=(); [ "${PREBUILD:-0}" = 1 ] && pre=(--prebuild --prebuild-only fmha,gdn)
-timeout "$limit" python3 benchmarks/mine_h200.py --config pipelines/mine_all.toml --seed-recorded --runs 1 \
+timeout "$limit" python3 benchmarks/mine_h200.py --config pipelines/mine.toml --seed-recorded --runs 1 \
   "${pre[@]}" --out "$out" > "$out.log" 2>&1
 echo "rc=$?" >> "$out.log"
 tail -20 "$out.log"
