@@ -9,7 +9,9 @@ Schema (klineage.heldout/1), top level:
   instances [{instance, family, dtypes, benchmark_cases, starts {kind: {path, kernel_hash}}, reference
               {used, name, reason}, conditions {condition: row}}],
   summary {families {family: {condition: aggregate}}, overall {condition: aggregate},
-           comparisons [{scope, a, b, instances, ratio, ci95, verdict}], verdict},
+           comparisons [{scope, a, b, instances, ratio, ci95, verdict}], verdict,
+           strict {excluded [instance], families, overall, comparisons, verdict}: the same without the
+           instances whose benchmark case a library lineage measured (audit.library_overlap.cases.same_case)},
   audit {library_overlap {clean, queries [{check, sql, params, rows}], cases {...}},
          similarity {method, experts, kernels, per_kernel [...], top_pairs [...]},
          skills_used [{instance, condition, skills [{skill, skill_id, uses, kept, mined_from}]}]},
@@ -67,7 +69,21 @@ def definitions(cfg) -> dict:
     }
 
 
-def summarize(rows: list[dict], cfg) -> dict:
+def summarize(rows: list[dict], cfg, shared: set[str] = frozenset()) -> dict:
+    """Aggregates per family and overall, skills against the others, the verdict; and the same
+    without the instances in `shared` (those whose benchmark case a library lineage measured too:
+    the audit's same cases), under "strict"."""
+    out = _aggregates(rows, cfg)
+    fams = list(out["families"])
+    out["verdict"] = _verdict(out["comparisons"], fams, list(cfg.conditions))
+    kept = [r for r in rows if r["instance"] not in shared]
+    strict = _aggregates(kept, cfg) if kept else {"families": {}, "overall": {}, "comparisons": []}
+    out["strict"] = {"excluded": sorted(shared), **strict,
+                     "verdict": _verdict(strict["comparisons"], list(strict["families"]), list(cfg.conditions))}
+    return out
+
+
+def _aggregates(rows: list[dict], cfg) -> dict:
     conds = list(cfg.conditions)
     fams = sorted({r["family"] for r in rows}, key=lambda f: FAMILIES.index(f) if f in FAMILIES else 99)
     scopes = [(f, [r for r in rows if r["family"] == f]) for f in fams] + [("overall", rows)]
@@ -85,7 +101,6 @@ def summarize(rows: list[dict], cfg) -> dict:
                     cmp = stats.compare(a, [r for r in rs if r["condition"] == b], cfg.failure_speedup)
                     if cmp:
                         out["comparisons"].append({"scope": scope, "a": "skills", "b": b, **cmp})
-    out["verdict"] = _verdict(out["comparisons"], fams, conds)
     return out
 
 
@@ -210,6 +225,8 @@ def build_report(store, run_id: str, root: Path, cfg, instances: list[Instance],
             "starts": {k: {"path": rel, "kernel_hash": kernel_hash(src)} for k, (rel, src) in sorted(inst.starts.items())},
             "reference": next((r["reference"] for r in conds.values() if r.get("reference")), None),
             "conditions": conds})
+    overlap = overlap_audit(store, instances, rows, root)
+    shared = {c["instance"] for c in overlap["cases"]["same_case"]}
     envs = {json.dumps(r["env"], sort_keys=True) for r in rows if r.get("env")}
     fams = sorted({i.family for i in instances}, key=FAMILIES.index)
     foreign = {f: sorted(s["name"] for s in foreign_library(library, sources, cfg.foreign.get(f, ()))) for f in fams}
@@ -220,8 +237,8 @@ def build_report(store, run_id: str, root: Path, cfg, instances: list[Instance],
         "library": {"skills": len(library), "lineages": len(store.lineages()), "foreign": foreign,
                     "notes": _library_notes(foreign, len(library), cfg)},
         "instances": insts,
-        "summary": summarize(rows, cfg),
-        "audit": {"library_overlap": overlap_audit(store, instances, rows, root),
+        "summary": summarize(rows, cfg, shared),
+        "audit": {"library_overlap": overlap,
                   "similarity": similarity_audit(store, rows),
                   "skills_used": [{"instance": r["instance"], "condition": r["condition"], "skills": r["skills_used"]}
                                   for r in rows if r.get("skills_used")]},

@@ -241,6 +241,22 @@ def format_heldout(report: dict) -> str:
         out.append(f"{c['scope']:<10} skills / {c['b']:<16} {c['ratio']:.3f}x [{lo:.3f},{hi:.3f}] over "
                    f"{c['instances']} instances: {c['verdict']}")
     out.append("verdict: " + summ["verdict"])
+    strict = summ.get("strict") or {}
+    if strict.get("excluded"):
+        out.append("")
+        out.append(f"== strictly held out: without {', '.join(strict['excluded'])} (a library lineage measured "
+                   "the same case: operator family, dtypes and sizes)")
+        for c in conds:
+            a = strict["overall"].get(c)
+            if a:
+                out.append(f"{c:<16} geomean {_x(a['geomean'])} (passed only {_x(a['geomean_success_only'])}), "
+                           f"{a['passed']} passed, {a['failed']} failed")
+        for c in strict["comparisons"]:
+            if c["scope"] == "overall":
+                lo, hi = c["ci95"]
+                out.append(f"overall    skills / {c['b']:<16} {c['ratio']:.3f}x [{lo:.3f},{hi:.3f}] over "
+                           f"{c['instances']} instances: {c['verdict']}")
+        out.append("verdict: " + strict["verdict"])
     audit = report["audit"]
     ov = audit["library_overlap"]
     out.append("")
@@ -250,6 +266,8 @@ def format_heldout(report: dict) -> str:
     cs = ov["cases"]
     out.append(f"  {len(cs['same_case'])} same cases, {len(cs['same_sizes_other_operator'])} equal sizes of another "
                f"operator or dtype ({cs['heldout_cases']} held-out cases vs {cs['library_cases']} library cases)")
+    for c in cs["same_case"]:
+        out.append(f"  same case: {c['instance']} {c['shape']} ~ library {c['library_workload']} {c['library_shape']}")
     sim = audit["similarity"]
     out.append(f"  code similarity: {sim['kernels']} produced kernels x {sim['experts']} expert files "
                f"(winnowing k={sim['method']['k']}, window {sim['method']['window']}); highest pairs:")

@@ -318,6 +318,9 @@ def test_similarity_section_lists_every_produced_kernel(recorded, experts):
 def test_audit_proves_no_overlap_by_query(recorded):
     ov = recorded["report"]["audit"]["library_overlap"]
     assert ov["clean"] and len(ov["queries"]) == 6
+    summ = recorded["report"]["summary"]  # nothing shared: the strict summary is the summary
+    assert summ["strict"]["excluded"] == [] and summ["strict"]["overall"] == summ["overall"]
+    assert summ["strict"]["comparisons"] == summ["comparisons"] and summ["strict"]["verdict"] == summ["verdict"]
     assert all(q["rows"] == [] and q["sql"].startswith("SELECT") and q["params"] for q in ov["queries"])
     names = ov["queries"][0]["params"]
     assert names == ["attn_tiny", "mm_tiny", "rms_tiny"]
@@ -344,7 +347,7 @@ def _plant_lineage(db: Path) -> None:
 
 
 def test_audit_finds_a_planted_overlap(tmp_path, library, monkeypatch):
-    _, _, report, _ = _run(tmp_path, library, monkeypatch, "--conditions", "idiom", before=_plant_lineage)
+    _, out, report, _ = _run(tmp_path, library, monkeypatch, "--conditions", "idiom", before=_plant_lineage)
     ov = report["audit"]["library_overlap"]
     assert not ov["clean"]
     found = {q["check"]: q["rows"] for q in ov["queries"]}
@@ -354,6 +357,14 @@ def test_audit_finds_a_planted_overlap(tmp_path, library, monkeypatch):
     assert found["lineages of a held-out workload, by content hash"] == []
     same = ov["cases"]["same_case"]
     assert [(c["instance"], c["library_workload"]) for c in same] == [("rms_tiny", "row_sum")]
+    # the summary says what holds without the instance whose case the library measured
+    summ = report["summary"]
+    strict = summ["strict"]
+    assert strict["excluded"] == ["rms_tiny"] and "reduction" in summ["families"]
+    assert set(strict["families"]) == set(summ["families"]) - {"reduction"}
+    assert strict["overall"]["idiom"]["instances"] == summ["overall"]["idiom"]["instances"] - 1
+    text = (out / "heldout.txt").read_text()
+    assert "strictly held out: without rms_tiny" in text and "same case: rms_tiny" in text
 
 
 # -- replay and crash safety ---------------------------------------------------------------------------------
