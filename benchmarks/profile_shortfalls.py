@@ -181,16 +181,17 @@ def swiglu_case(dev, calls: int, ncu_pass: bool) -> dict:
 NCU_KERNELS = ("cumsum", "swiglu", "triton", "DeviceScan")
 
 
-def ncu_summary(csv_text: str) -> dict:
+def ncu_summary(csv_text: str, keep: tuple[str, ...] | None = NCU_KERNELS) -> dict:
     """Median of each metric per kernel (name up to its argument list) of an `ncu --csv` report,
-    for the kernels of the two cases (ours, torch's cub scan, the Triton kernel)."""
+    for the kernels whose names hold one of `keep` (by default those of the two cases here: ours,
+    torch's cub scan, the Triton kernel; None: every kernel)."""
     import csv
     import io
     rows = csv.DictReader(io.StringIO("".join(l for l in csv_text.splitlines(True) if l.startswith('"'))))
     by: dict = {}
     for r in rows:
         name = r["Kernel Name"]
-        if not any(k in name for k in NCU_KERNELS):
+        if keep is not None and not any(k in name for k in keep):
             continue
         short = name.split("(")[0].replace("void ", "")
         v = float(r["Metric Value"].replace(",", ""))
