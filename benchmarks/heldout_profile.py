@@ -68,7 +68,7 @@ def _workload(report: dict, root: Path, name: str):
     from klineage.heldout import load_instances
     (inst,) = load_instances(root, None, [name])
     ref = _instance(report, name).get("reference") or {}
-    return (inst.fallback if ref.get("used") == "fallback" else inst.workload), ref
+    return (inst.fallback() if ref.get("used") == "fallback" else inst.workload), ref
 
 
 def profile_pair(dev, report: dict, rdir: Path, root: Path, name: str, cond: str, calls: int, ncu_pass: bool) -> dict:

@@ -62,3 +62,15 @@ def test_cli_prints_the_ncu_metrics_and_merges_a_report(tmp_path):
     merged = json.loads(rec.read_text())
     assert merged["ncu"]["kernels"] == {"mm": {"gpu__time_duration.sum": {"median": 5.0, "n": 1}}}
     assert merged["ncu"]["metrics"] == list(NCU_METRICS)
+
+
+def test_the_reference_is_the_one_the_report_used(tmp_path, monkeypatch):
+    from heldout_profile import _workload
+    monkeypatch.setenv("KLINEAGE_HOME", str(tmp_path))
+    rep = {"instances": [{"instance": "rmsnorm_16384x4096", "reference": {"used": "fallback", "name": "x"},
+                          "conditions": {}}]}
+    wl, ref = _workload(rep, ROOT / "heldout", "rmsnorm_16384x4096")
+    assert ref["used"] == "fallback" and wl.vendor_name == wl.module.VENDOR_FALLBACK
+    rep["instances"][0]["reference"]["used"] = "primary"
+    wl, _ = _workload(rep, ROOT / "heldout", "rmsnorm_16384x4096")
+    assert wl.vendor_name != wl.module.VENDOR_FALLBACK and "FlagGems" in wl.vendor_name
