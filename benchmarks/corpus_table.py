@@ -5,9 +5,10 @@
 
 For every workload of the shipped corpus run (the targets of pipelines/mine.toml, the whole corpus):
 the expert's PASSED evaluation (newest), per benchmark case: expert latency, vendor-reference latency
-(timed in the same worker, alternating call by call), speedup, bytes moved (the workload's bytes_moved formula), achieved bandwidth and its fraction of the
-measured device copy bandwidth, achieved TFLOP/s and its fraction of the measured bf16 tensor-core peak
-(recorded by the worker for compute-bound cases only), and whether every benchmark and probe shape passed.
+(timed in the same worker, alternating call by call), speedup, bytes moved (the workload's bytes_moved
+formula), achieved bandwidth and its fraction of the measured device copy bandwidth, achieved TFLOP/s
+and its fraction of the measured bf16 tensor-core peak (recorded by the worker for compute-bound cases
+only), and whether every benchmark and probe shape passed.
 """
 from __future__ import annotations
 

@@ -63,11 +63,12 @@ def _instance(report: dict, name: str) -> dict:
     return next(i for i in report["instances"] if i["instance"] == name)
 
 
-def _workload(report: dict, root: Path, name: str):
-    """The instance's workload with the reference its report row used (primary or fallback)."""
+def _workload(entry: dict, root: Path):
+    """The workload of the report's instance `entry`, with the reference its rows used (primary or
+    fallback), and that reference's report entry."""
     from klineage.heldout import load_instances
-    (inst,) = load_instances(root, None, [name])
-    ref = _instance(report, name).get("reference") or {}
+    (inst,) = load_instances(root, None, [entry["instance"]])
+    ref = entry.get("reference") or {}
     return (inst.fallback() if ref.get("used") == "fallback" else inst.workload), ref
 
 
@@ -76,7 +77,8 @@ def profile_pair(dev, report: dict, rdir: Path, root: Path, name: str, cond: str
     from klineage.gate.compile import compile_kernel
     from klineage.gate.worker import Candidate, alloc_outputs
 
-    wl, ref = _workload(report, root, name)
+    entry = _instance(report, name)
+    wl, ref = _workload(entry, root)
     src = (rdir / "kernels" / name / f"{cond}.cu").read_text()
     built = compile_kernel(src)
     if not built.ok:
@@ -108,7 +110,7 @@ def profile_pair(dev, report: dict, rdir: Path, root: Path, name: str, cond: str
                        "kernel_tb_per_s": moved / (kt * 1e-6) / 1e12 if kt else None,
                        "kernel_tflop_per_s": flops / (kt * 1e-6) / 1e12 if (flops and kt) else None}
     info[f"{cond} kernel"]["resources"] = [r.__dict__ for r in built.resources]
-    row = _instance(report, name)["conditions"][cond]
+    row = entry["conditions"][cond]
     return {"instance": name, "condition": cond, "shape": shape, "reference": ref,
             "report_speedup": row.get("speedup"), "report_ci95": row.get("ci95"),
             "flags": row.get("flags"), "bytes_moved": moved, "flops": flops, "variants": info}

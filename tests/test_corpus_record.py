@@ -128,12 +128,12 @@ def test_tensor_core_experts_meet_their_targets():
 def test_whole_corpus_record_matches_the_shipped_evaluations(tmp_path):
     import sys
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from corpus_table import corpus_dirs, table
+    from corpus_table import table
 
     from klineage.store import open_store
     from klineage.store.recorded import import_recorded
     store = open_store(tmp_path / "r.duckdb")
     import_recorded(store)
-    again = json.loads(json.dumps(table(store, corpus_dirs(ROOT / "pipelines" / "mine.toml")), default=str))
+    again = json.loads(json.dumps(table(store, shipped_workload_dirs()), default=str))
     store.close()
     assert again == json.loads(ALL.read_text())

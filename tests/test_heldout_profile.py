@@ -67,10 +67,9 @@ def test_cli_prints_the_ncu_metrics_and_merges_a_report(tmp_path):
 def test_the_reference_is_the_one_the_report_used(tmp_path, monkeypatch):
     from heldout_profile import _workload
     monkeypatch.setenv("KLINEAGE_HOME", str(tmp_path))
-    rep = {"instances": [{"instance": "rmsnorm_16384x4096", "reference": {"used": "fallback", "name": "x"},
-                          "conditions": {}}]}
-    wl, ref = _workload(rep, ROOT / "heldout", "rmsnorm_16384x4096")
+    entry = {"instance": "rmsnorm_16384x4096", "reference": {"used": "fallback", "name": "x"}, "conditions": {}}
+    wl, ref = _workload(entry, ROOT / "heldout")
     assert ref["used"] == "fallback" and wl.vendor_name == wl.module.VENDOR_FALLBACK
-    rep["instances"][0]["reference"]["used"] = "primary"
-    wl, _ = _workload(rep, ROOT / "heldout", "rmsnorm_16384x4096")
+    entry["reference"]["used"] = "primary"
+    wl, _ = _workload(entry, ROOT / "heldout")
     assert wl.vendor_name != wl.module.VENDOR_FALLBACK and "FlagGems" in wl.vendor_name
