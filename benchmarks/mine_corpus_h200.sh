@@ -11,10 +11,16 @@ python3 -c "import tarfile; tarfile.open('.whlx/site.tar.xz').extractall('/tmp')
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whlf/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD FLA_FLASH_QLA=0
 mkdir -p "$out"
-# Every evaluation of the run is recorded by now (the call replays it all and measures nothing), so
-# there is nothing to prebuild: set PREBUILD=1 to build not-yet-recorded kernels of fmha and gdn in
-# parallel first, as the first calls of the merged run did.
-pre=(); [ "${PREBUILD:-0}" = 1 ] && pre=(--prebuild --prebuild-only fmha,gdn)
+# Nothing is prebuilt by default (the kernels are built as the run reaches them). PREBUILD=1 builds
+# the not-yet-recorded kernels of the workloads in PREBUILD_ONLY (default fmha,gdn) in parallel first,
+# as the first calls of the merged run did; PREBUILD=all builds their recorded ones too, for when
+# their analysis runs again (a probe set that changed re-keys every probe evaluation of a workload).
+only=${PREBUILD_ONLY:-fmha,gdn}
+pre=()
+case "${PREBUILD:-0}" in
+  1) pre=(--prebuild --prebuild-only "$only") ;;
+  all) pre=(--prebuild --prebuild-all --prebuild-only "$only") ;;
+esac
 timeout "$limit" python3 benchmarks/mine_h200.py --config pipelines/mine.toml --seed-recorded --runs 1 \
   "${pre[@]}" --out "$out" > "$out.log" 2>&1
 echo "rc=$?" >> "$out.log"

@@ -2,7 +2,7 @@
 hit rate of a second, identical run.
 
     python benchmarks/mine_h200.py --out DIR [--config pipelines/mine.toml] [--walk-only]
-                                   [--seed-recorded] [--runs 2] [--prebuild]
+                                   [--seed-recorded] [--runs 2] [--prebuild [--prebuild-all]]
 
 Run 1 mines the configuration into a fresh database with a fresh build cache; run 2 repeats the same
 command on the same database and cache (every build should be a cache hit and every evaluation a
@@ -75,7 +75,8 @@ def walk_sources(run, only: set[str] | None = None) -> dict[str, None]:
 
 def prebuild(run, only: set[str] | None = None, store=None) -> dict:
     """Build in parallel what the run will build: walk_sources(), less the kernels the (seeded)
-    store already has an evaluation of."""
+    `store` already has an evaluation of (all of them without a store: when new probes or rounds
+    will run on kernels whose walk evaluations are recorded)."""
     from klineage.gate.compile import compile_many
 
     t0 = time.perf_counter()
@@ -99,6 +100,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=2, choices=(1, 2))
     ap.add_argument("--prebuild-only", default="", help="comma-separated workload names: prebuild only their "
                     "kernels (those whose evaluations are not recorded yet); the rest build on demand")
+    ap.add_argument("--prebuild-all", action="store_true", help="prebuild recorded kernels too (for an analysis "
+                    "pass that evaluates them again, e.g. after a workload's probe set changed)")
     ns = ap.parse_args()
     ns.out.mkdir(parents=True, exist_ok=True)
     os.environ["KLINEAGE_HOME"] = tempfile.mkdtemp(prefix="klineage-mine-")  # fresh build cache
@@ -126,7 +129,8 @@ def main() -> int:
         if i == 1 and ns.seed_recorded:
             seeded = import_recorded(store)
         if i == 1 and ns.prebuild:
-            pre = prebuild(run, {w for w in ns.prebuild_only.split(",") if w} or None, store)
+            pre = prebuild(run, {w for w in ns.prebuild_only.split(",") if w} or None,
+                           None if ns.prebuild_all else store)
             print(f"prebuild: {pre}", flush=True)
         gate = Gate(store, run.gate_config())
         t0 = time.perf_counter()
