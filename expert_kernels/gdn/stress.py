@@ -16,3 +16,8 @@ def _hard_resets(inputs, shape):
 
 
 VALUE_PROBES = {"hard_resets": _hard_resets}
+
+# The large_magnitude probe scales v alone: q and k are unit vectors, beta a gate in [0, 1] and g the
+# log of a decay, so x1000 on them leaves the contract (every kernel then failed it alike); the
+# values may have any magnitude, and o and the state scale with them.
+LARGE_MAGNITUDE_INPUTS = ("v",)

@@ -7,7 +7,8 @@ here goes further, in ways the workload's contract may not promise:
   ragged_size      each of the workload's probe shapes (sizes off the vector width, the tile, the warp)
   tiny_size        the smallest of them
   misaligned_base  each probe shape again with every pointer one element past 16-byte alignment
-  large_magnitude  the largest probe shape with every floating-point input scaled by 1000
+  large_magnitude  the largest probe shape with every floating-point input scaled by 1000 (or only
+                   those a workload's stress.py names in LARGE_MAGNITUDE_INPUTS)
   <workload's>     each entry of the workload's optional VALUE_PROBES = {name: fn(inputs, shape)
                    -> inputs}, on the largest probe shape (e.g. rows of -inf logits); the table may
                    also sit in a `stress.py` beside workload.py, so adding a probe leaves the
@@ -94,15 +95,28 @@ def _stress_text(wl: Workload) -> str:
     return f.read_text() if f.is_file() else ""
 
 
+def _stress_scope(wl: Workload) -> dict:
+    """The names the workload's stress.py defines (empty without one)."""
+    text = _stress_text(wl)
+    scope: dict = {}
+    if text:
+        exec(compile(text, str(Path(wl.path).parent / STRESS_FILE), "exec"), scope)
+    return scope
+
+
 def value_probes(wl: Workload) -> list[str]:
     """Names of the workload's VALUE_PROBES (from the workload module or its stress.py)."""
     names = set(getattr(wl.module, "VALUE_PROBES", {}) or {})
-    text = _stress_text(wl)
-    if text:
-        scope: dict = {}
-        exec(compile(text, str(Path(wl.path).parent / STRESS_FILE), "exec"), scope)
-        names |= set(scope.get("VALUE_PROBES", {}) or {})
+    names |= set(_stress_scope(wl).get("VALUE_PROBES", {}) or {})
     return sorted(names)
+
+
+def large_magnitude_inputs(wl: Workload) -> tuple[str, ...] | None:
+    """The inputs the large_magnitude probe scales, where the workload's stress.py restricts them
+    (LARGE_MAGNITUDE_INPUTS: those whose contract allows any magnitude, e.g. not a gate in [0, 1]);
+    None: every floating-point input."""
+    names = _stress_scope(wl).get("LARGE_MAGNITUDE_INPUTS")
+    return None if names is None else tuple(sorted(names))
 
 
 def aliasable(wl: Workload, shape: dict) -> bool:
@@ -147,6 +161,23 @@ def make_inputs(shape, seed, device="cpu"):
 '''
 
 
+# Appended only for a workload whose stress.py names LARGE_MAGNITUDE_INPUTS (every other generated
+# probe workload, and so its records, stays as it was): the large_magnitude probe scales those alone.
+_SCALED_ONLY = '''
+
+# ---- large_magnitude scales only {names!r} (LARGE_MAGNITUDE_INPUTS of {stress}) ----
+_kl_probe_make_inputs = make_inputs
+
+
+def make_inputs(shape, seed, device="cpu"):
+    if _KL_VALUE_PROBES[shape.get({values!r}, 0)] != "large_magnitude":
+        return _kl_probe_make_inputs(shape, seed, device=device)
+    plain = {{k: v for k, v in shape.items() if k != {values!r}}}
+    inputs = _kl_base_make_inputs(plain, seed, device=device)
+    return {{k: (t * {scale!r}).to(t.dtype) if k in {names!r} else t for k, t in inputs.items()}}
+'''
+
+
 def probe_workload(wl: Workload, probes: list[Probe]) -> Workload:
     """The generated workload that runs `probes` as its benchmark cases (written under the cache
     dir, named by its content, so equal inputs give the same file and hash everywhere)."""
@@ -156,6 +187,9 @@ def probe_workload(wl: Workload, probes: list[Probe]) -> Workload:
         text += f"\n\n# ---- {STRESS_FILE} of this workload ----\n" + stress
     text += _APPENDIX.format(version=PROBE_VERSION, name=f"{wl.name}", shapes=[p.shape for p in probes],
                              values=VALUES_KEY, scale=LARGE_SCALE)
+    scaled = large_magnitude_inputs(wl)
+    if scaled is not None:
+        text += _SCALED_ONLY.format(names=scaled, stress=STRESS_FILE, values=VALUES_KEY, scale=LARGE_SCALE)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     d = settings.data_dir() / "probes" / f"{wl.name}-{digest}"
     f = d / "workload.py"

@@ -93,3 +93,27 @@ def test_null_sink_keeps_a_normal_range_output_carried_by_subnormal_fp16_weights
     assert compare(fp32_p.half(), ref, wl.tolerance).ok
     fp16_p = (p.half().float() @ v.float()).double()            # p rounded to fp16 before P.V
     assert not compare(fp16_p.half(), ref, wl.tolerance).ok
+
+
+def test_large_magnitude_scales_only_the_inputs_a_stress_file_names(tmp_path, monkeypatch):
+    from klineage.lineage.probe import large_magnitude_inputs, probe_workload
+    monkeypatch.setenv("KLINEAGE_HOME", str(tmp_path))
+    gdn, _ = _stress("gdn")
+    assert large_magnitude_inputs(gdn) == ("v",)
+    big = next(p for p in probe_set(gdn) if p.kind == "large_magnitude")
+    small = {"B": 1, "T": 200, "H": 1, "HV": 3}
+    gen = probe_workload(gdn, [big])
+    plain, scaled = gdn.make_inputs(small, 1), gen.make_inputs({**small, **{k: v for k, v in big.shape.items()
+                                                                           if k not in small}}, 1)
+    assert torch.equal(scaled["v"], (plain["v"] * 1000.0).to(plain["v"].dtype))
+    for name in ("q", "k", "g", "beta"):
+        assert torch.equal(scaled[name], plain[name])
+    # the value probe still goes through the workload's own table
+    val = next(p for p in probe_set(gdn) if p.kind == "value")
+    reset = gen.make_inputs({**small, **{k: v for k, v in val.shape.items() if k not in small}}, 1)
+    assert bool(torch.isneginf(reset["g"][:, 100]).all()) and int(torch.isneginf(reset["g"]).sum()) == 3
+    # a workload that names nothing keeps the generated text (and so its records) as it was
+    rs = load_workload(ROOT / "expert_kernels" / "row_sum")
+    assert large_magnitude_inputs(rs) is None
+    text = Path(probe_workload(rs, probe_set(rs)).path).read_text()
+    assert "LARGE_MAGNITUDE_INPUTS" not in text and "_kl_probe_make_inputs" not in text
