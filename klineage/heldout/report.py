@@ -11,7 +11,9 @@ Schema (klineage.heldout/1), top level:
   summary {families {family: {condition: aggregate}}, overall {condition: aggregate},
            comparisons [{scope, a, b, instances, ratio, ci95, verdict}], verdict,
            strict {excluded [instance], families, overall, comparisons, verdict}: the same without the
-           instances whose benchmark case a library lineage measured (audit.library_overlap.cases.same_case)},
+           instances whose benchmark case a library lineage measured (audit.library_overlap.cases.same_case),
+           retrieval {family: {instances, same_final_kernel, points, not_in_foreign, steered}}: what the
+           library changed in the search, skills against control-foreign (retrieval_effect)},
   audit {library_overlap {clean, queries [{check, sql, params, rows}], cases {...}},
          similarity {method, experts, kernels, per_kernel [...], top_pairs [...]},
          skills_used [{instance, condition, skills [{skill, skill_id, uses, kept, mined_from}]}]},
@@ -80,6 +82,40 @@ def summarize(rows: list[dict], cfg, shared: set[str] = frozenset()) -> dict:
     strict = _aggregates(kept, cfg) if kept else {"families": {}, "overall": {}, "comparisons": []}
     out["strict"] = {"excluded": sorted(shared), **strict,
                      "verdict": _verdict(strict["comparisons"], list(strict["families"]), list(cfg.conditions))}
+    out["retrieval"] = retrieval_effect(rows)
+    return out
+
+
+def _sweep_points(row: dict) -> set[tuple]:
+    """(arm start, sorted configuration) of every sweep point a row's arms gated."""
+    return {(a.get("start"), tuple(sorted((st.get("config") or {}).items())))
+            for a in row.get("arms") or [] for st in a.get("steps") or [] if st.get("backend") == "sweep"}
+
+
+def retrieval_effect(rows: list[dict]) -> dict:
+    """What the library changed in the search, per family: skills against control-foreign (the same
+    procedure with the library cut to foreign skills). `points` counts the sweep points skills gated,
+    `not_in_foreign` those control-foreign did not gate on the same instance and start (the points the
+    instance family's own skills put there), `steered` those whose value some retrieved card names
+    (which may also be one of the sweep's own neighbours), `same_final_kernel` the instances where both
+    conditions ended on the same kernel and flags. Instances without both rows PASSED or FAILED are left out."""
+    by = {(r["instance"], r["condition"]): r for r in rows}
+    out: dict[str, dict] = {}
+    for (inst, cond), r in sorted(by.items()):
+        f = by.get((inst, "control-foreign"))
+        if cond != "skills" or f is None or {r["status"], f["status"]} - {"PASSED", "FAILED"}:
+            continue
+        mine, theirs = _sweep_points(r), _sweep_points(f)
+        steered = sum(1 for a in r.get("arms") or [] for st in a.get("steps") or []
+                      if st.get("backend") == "sweep" and st.get("steered_by"))
+        agg = out.setdefault(r["family"], {"instances": 0, "same_final_kernel": 0, "points": 0, "not_in_foreign": 0,
+                                           "steered": 0})
+        agg["instances"] += 1
+        agg["same_final_kernel"] += int((r.get("kernel_hash"), r.get("flags")) == (f.get("kernel_hash"), f.get("flags"))
+                                        and r.get("kernel_hash") is not None)
+        agg["points"] += len(mine)
+        agg["not_in_foreign"] += len(mine - theirs)
+        agg["steered"] += steered
     return out
 
 

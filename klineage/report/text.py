@@ -241,6 +241,10 @@ def format_heldout(report: dict) -> str:
         out.append(f"{c['scope']:<10} skills / {c['b']:<16} {c['ratio']:.3f}x [{lo:.3f},{hi:.3f}] over "
                    f"{c['instances']} instances: {c['verdict']}")
     out.append("verdict: " + summ["verdict"])
+    for fam, e in (summ.get("retrieval") or {}).items():
+        out.append(f"retrieval, {fam}: skills and control-foreign ended on the same kernel in {e['same_final_kernel']} of "
+                   f"{e['instances']} instances; {e['not_in_foreign']} of the {e['points']} sweep points skills gated were "
+                   f"not also gated by control-foreign ({e['steered']} carry a value a retrieved card names)")
     strict = summ.get("strict") or {}
     if strict.get("excluded"):
         out.append("")

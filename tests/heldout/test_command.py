@@ -557,3 +557,30 @@ def _approx(x):
         return [_approx(v) for v in x]
     return x
     assert want["environment"] and all(e["gpu"] == "NVIDIA H200" for e in want["environment"])
+
+
+def _search_row(instance, condition, kernel, points, steered=(), status="PASSED"):
+    steps = [{"backend": "sweep", "config": p, "steered_by": list(steered) if i == 0 else []}
+             for i, p in enumerate(points)]
+    steps.append({"backend": "rules", "skill": "unroll/loop", "status": "NO_REWRITE"})
+    return {"instance": instance, "condition": condition, "family": "reduction", "status": status,
+            "kernel_hash": kernel, "flags": [], "arms": [{"arm": "sweep", "start": "idiom", "steps": steps}]}
+
+
+def test_retrieval_effect_counts_what_the_library_changed_against_control_foreign():
+    """skills against control-foreign: the same final kernel is counted, and only the sweep points
+    control-foreign did not gate on that instance and start count as the library's own."""
+    from klineage.heldout.report import retrieval_effect
+    a, b, c = {"T": 128}, {"T": 512}, {"T": 64, "I": 2}
+    rows = [_search_row("x", "skills", "k1", [a, b], steered=["coarsening/per-thread-count"]),
+            _search_row("x", "control-foreign", "k1", [a, b]),
+            _search_row("y", "skills", "k2", [a, c]),
+            _search_row("y", "control-foreign", "k3", [a, b]),
+            _search_row("z", "skills", "k4", [c]),
+            _search_row("z", "control-foreign", None, [], status="MISSING")]
+    got = retrieval_effect(rows)
+    assert got == {"reduction": {"instances": 2, "same_final_kernel": 1, "points": 4, "not_in_foreign": 1,
+                                 "steered": 1}}
+    # a point gated from another start is not the same point
+    rows[1]["arms"][0]["start"] = "naive"
+    assert retrieval_effect(rows)["reduction"]["not_in_foreign"] == 3
