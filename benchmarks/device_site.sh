@@ -4,14 +4,17 @@
 #                      (one xz tarball of an installed site dir: ~38 MiB instead of ~60 MiB of wheels)
 #   .whlg/             flag-gems and what it imports (sqlalchemy, greenlet, PyYAML, packaging)
 #   .whlf/             fla-core and einops (the gdn vendor reference)
+#   .whlh/site.tar.xz  .whlx without anthropic and its dependencies (~34 MiB): the held-out run needs no
+#                      SDK without a key, and .whlx + .whlg + the repository pass the 64 MiB carry limit
 # On the device:
 #   python3 -c "import tarfile; tarfile.open('.whlx/site.tar.xz').extractall('/tmp')"
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whlg/*.whl .whlf/*.whl
 #   export PYTHONPATH=/tmp/site:$PWD
-# Usage, from the repository root: benchmarks/device_site.sh [x] [g] [f]   (default: all three)
+# (the held-out run extracts .whlh/site.tar.xz the same way). Usage, from the repository root:
+#   benchmarks/device_site.sh [x] [g] [f] [h]   (default: x g f; h repacks .whlx, built first if missing)
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-for d in /.whlx/ /.whlg/ /.whlf/; do
+for d in /.whlx/ /.whlg/ /.whlf/ /.whlh/; do
   grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude
 done
 want=("$@"); [ ${#want[@]} -eq 0 ] && want=(x g f)
@@ -34,10 +37,18 @@ for w in "${want[@]}"; do
       python3 -m pip download -q --no-deps "${plat[@]}" -d .whlg \
         flag-gems==5.0.2 sqlalchemy==2.0.48 greenlet PyYAML==6.0.3 packaging==26.0 2>&1 | grep -v '^WARNING' || true
       ;;
+    h)
+      [ -f .whlx/site.tar.xz ] || "$0" x
+      rm -rf /tmp/site_slim && mkdir -p /tmp/site_slim .whlh
+      tar -xJf .whlx/site.tar.xz -C /tmp/site_slim
+      (cd /tmp/site_slim/site && rm -rf anthropic* pydantic* anyio* httpx* httpcore* h11* jiter* opentelemetry* \
+        docstring_parser* truststore* idna* sniffio* annotated_types* typing_inspection* pygments* distro* certifi*)
+      (cd /tmp/site_slim && tar -cJf - site) > .whlh/site.tar.xz
+      ;;
     f)
       mkdir -p .whlf
       python3 -m pip download -q --no-deps "${plat[@]}" -d .whlf fla-core==0.6.0 einops 2>&1 | grep -v '^WARNING' || true
       ;;
   esac
 done
-du -sh .whlx .whlg .whlf 2>/dev/null || true
+du -sh .whlx .whlg .whlf .whlh 2>/dev/null || true
