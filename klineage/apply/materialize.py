@@ -32,9 +32,11 @@ from klineage.workload import Workload
 TUNABLE_RE = re.compile(r"#ifndef (\w+)\s*\n\s*#define \1 (\d+)\b[^\n]*\n\s*#endif")
 MAX_SWEEP = 7
 MIN_SWEEP = 5
-# the role of a tunable constant, from its name
-# (a tile extent, BLOCK_M / BN ..., is not a thread count: its neighbours are halvings and doublings)
-ROLES = {"tile": re.compile(r"BLOCK_[MNK]\b|(?<![A-Z])B[MNK]\b"), "block": re.compile(r"BLOCK|THREADS|WARPS"),
+# the role of a tunable constant, from its name, first match in this order
+# (a tile extent, BLOCK_M / BN ..., is not a thread count: its neighbours are halvings and doublings;
+# nor is a warp count, GEMM_WARPS_M, or an occupancy hint, CONV_MIN_BLOCKS / ..._BLOCKS_PER_SM)
+ROLES = {"tile": re.compile(r"BLOCK_[MNK]\b|(?<![A-Z])B[MNK]\b"), "warps": re.compile(r"WARPS"),
+         "occupancy": re.compile(r"MIN_BLOCKS|BLOCKS_PER_SM"), "block": re.compile(r"BLOCK|THREADS"),
          "factor": re.compile(r"UNROLL|VEC|COARSEN|ITEMS|PER_THREAD|ILP")}
 
 
@@ -93,6 +95,10 @@ def _neighbours(role: str | None, default: int) -> list[int]:
         return [v for v in (128, 256, 512, 64, 1024, 768) if v != default]
     if role == "tile":
         return [v for v in (default * 2, default // 2) if v >= 16 and v != default]
+    if role == "warps":
+        return [v for v in (default * 2, default // 2) if 1 <= v <= 32 and v != default]
+    if role == "occupancy":
+        return [v for v in (1, 2, 3, 4) if v != default]
     return list(dict.fromkeys(v for v in (default * 2, default * 4, max(1, default // 2), max(1, default // 4),
                                           default * 8) if v != default))
 

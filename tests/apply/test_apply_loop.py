@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from klineage.apply.loop import ApplyConfig, apply
-from klineage.apply.materialize import bake, sweep_points, tunables
+from klineage.apply.materialize import bake, sweep_points, sweep_space, tunables
 from klineage.apply.retrieve import retrieve, target_facts
 from klineage.cli import main
 from klineage.gate.gate import Status
@@ -192,3 +192,16 @@ def test_sweep_on_a_new_workload_bakes_the_winner(lib):
     assert [s["config"] for s in kept] == [{"GELU_BLOCK": 256}] and kept[0]["baked"]["status"] == "PASSED"
     assert "#define GELU_BLOCK 256" in run["best_source"] and run["summary"]["best_flags"] == []
     assert run["stop_reason"] == "no_candidates"
+
+
+def test_warp_counts_and_occupancy_hints_get_neighbours_of_their_own_kind():
+    """A warp count is halved and doubled and an occupancy hint takes 1-4, never a thread count's
+    128..1024 (which once made CONV_MIN_BLOCKS sweep to 1024 blocks per SM)."""
+    from klineage.apply.materialize import _neighbours, _role
+    assert [_role(n) for n in ("GEMM_WARPS_M", "ATTN_WARPS", "CONV_MIN_BLOCKS", "ROW_SUM_WARP_BLOCKS_PER_SM",
+                               "ROW_SUM_WARP_BLOCK", "GEMM_BLOCK_K", "RMSNORM_THREADS")] == \
+        ["warps", "warps", "occupancy", "occupancy", "block", "tile", "block"]
+    assert _neighbours("warps", 4) == [8, 2] and _neighbours("warps", 32) == [16]
+    assert _neighbours("occupancy", 3) == [1, 2, 4] and _neighbours("occupancy", 0) == [1, 2, 3, 4]
+    conv = (ROOT / "expert_kernels" / "conv2d" / "expert.cu").read_text()
+    assert sweep_space(conv)["CONV_MIN_BLOCKS"] == [3, 1, 2, 4]

@@ -383,7 +383,7 @@ ILLEGAL = (({"ATTN_BLOCK_M": 256}, "ATTN_BLOCK_M must be 16 or 32 rows per warp"
 def test_tunables_follow_the_sweep_convention():
     src = KERNEL.read_text()
     assert tunables(src) == DEFAULTS
-    assert all(ROLES["block"].search(n) for n in ("ATTN_BLOCK_M", "ATTN_BLOCK_N", "ATTN_WARPS"))
+    assert all(ROLES["tile"].search(n) for n in ("ATTN_BLOCK_M", "ATTN_BLOCK_N")) and ROLES["warps"].search("ATTN_WARPS")
     assert sweep_points(src, [])[0] == {"ATTN_BLOCK_M": 128, "ATTN_BLOCK_N": 32}
 
 
