@@ -614,6 +614,9 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
 @click.option("--seed", type=int, default=None, help="Seed of the random control (default 0).")
 @click.option("--final-rounds", type=int, default=None,
               help="Final measurements of each condition's kernel, each in a worker of its own (default 2).")
+@click.option("--sweep-rounds", type=int, default=None,
+              help="Rounds of the steered sweep (skills, control-foreign): 1 sweeps the start's neighbourhood once, "
+                   "N > 1 sweeps again around each kept winner within the budget (default 1).")
 @click.option("--families", default=None, help="Only these families (comma-separated: gemm, attention, reduction).")
 @click.option("--instances", "names", default=None, help="Only these instances (comma-separated names).")
 @click.option("--vendor", type=click.Choice(["auto", "primary", "fallback"]), default=None,
@@ -632,8 +635,8 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
 @click.option("--quiet", is_flag=True, help="No progress line.")
 @json_option
 @library_errors
-def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, final_rounds, families, names, vendor,
-                admission, replay, records, model, budget_usd, dry_run, quiet, as_json):
+def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, final_rounds, sweep_rounds, families, names,
+                vendor, admission, replay, records, model, budget_usd, dry_run, quiet, as_json):
     """Run every held-out instance (ROOT, default heldout/) under the conditions idiom, skills,
     control-random, control-foreign and llm, and report speedups over the reference with 95%
     intervals, geomeans with failures counted, and a memorization audit. Resumes a killed run;
@@ -649,7 +652,8 @@ def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, f
         hp = pl.run
     else:
         hp = HeldoutPipeline(Path("heldout"), HeldoutConfig(), [], None)
-    over = {k: v for k, v in (("budget", budget), ("seed", seed), ("final_rounds", final_rounds), ("vendor", vendor),
+    over = {k: v for k, v in (("budget", budget), ("seed", seed), ("final_rounds", final_rounds),
+                              ("sweep_rounds", sweep_rounds), ("vendor", vendor),
                               ("model", model), ("budget_usd", budget_usd)) if v is not None}
     if admission is not None:
         over["admission"] = admission == "on"

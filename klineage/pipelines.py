@@ -12,7 +12,7 @@ trajectory can always be read back.
            workload (folder), start (kernel file), materializers (list of rules/sweep/llm),
            budget_steps, budget_usd, budget_s, admission (bool), model, base_url, out (folder)
   heldout  name, description, [gate], [heldout]:
-           root (folder of instances), conditions (list), budget, seed, final_rounds, admission (bool),
+           root (folder of instances), conditions (list), budget, seed, final_rounds, sweep_rounds, admission (bool),
            vendor (auto/primary/fallback), failure_speedup, records (folder of recorded evaluations
            a --replay imports), out (folder), model, budget_usd, and [heldout.foreign]: family ->
            list of unrelated families (klineage.heldout.run.DEFAULT_FOREIGN when absent)
@@ -89,7 +89,8 @@ class HeldoutPipeline:
 
 
 _HELDOUT_TOP = {"kind", "name", "description", "gate", "heldout"}
-_HELDOUT_KEYS = {"root": str, "conditions": list, "budget": int, "seed": int, "final_rounds": int, "admission": bool,
+_HELDOUT_KEYS = {"root": str, "conditions": list, "budget": int, "seed": int, "final_rounds": int, "sweep_rounds": int,
+                 "admission": bool,
                  "vendor": str, "failure_speedup": float, "records": str, "out": str, "model": str,
                  "budget_usd": (int, float), "foreign": dict}
 
@@ -130,8 +131,8 @@ def heldout_pipeline(path: Path, raw: dict) -> HeldoutPipeline:
             raise PipelineError(f"{path}: heldout.foreign.{fam} must be a list of family names")
     gate = raw.get("gate", {})
     _check_gate(path, gate)
-    kw = {k: ho[k] for k in ("budget", "seed", "final_rounds", "admission", "vendor", "failure_speedup", "model",
-                             "budget_usd") if k in ho}
+    kw = {k: ho[k] for k in ("budget", "seed", "final_rounds", "sweep_rounds", "admission", "vendor", "failure_speedup",
+                             "model", "budget_usd") if k in ho}
     if "conditions" in ho:
         kw["conditions"] = tuple(ho["conditions"])
     if "foreign" in ho:

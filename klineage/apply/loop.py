@@ -16,13 +16,14 @@ run, and a stored evaluation is never measured twice.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from klineage.apply.materialize import Candidate, RulesMaterializer, bake, make_sweep
+from klineage.apply.materialize import Candidate, RulesMaterializer, bake, make_sweep, tunables
 from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
 from klineage.gate.gate import Gate, GateResult, kernel_hash
 from klineage.lineage.walk import compare_timing
@@ -46,11 +47,17 @@ class ApplyConfig:
     # (klineage.apply.materialize.make_sweep). Left out of to_dict when None, so run ids of
     # steered runs are what they were before the option existed.
     sweep: dict | None = None
+    # Rounds of the steered sweep: 1 sweeps the start's neighbourhood once; N > 1 sweeps again around
+    # each kept winner (a coordinate search), skipping configurations this run already gated, until
+    # N rounds, the budget, or a round with nothing new. Left out of to_dict when 1 (run ids as before).
+    sweep_rounds: int = 1
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__, materializers=list(self.materializers))
         if d["sweep"] is None:
             del d["sweep"]
+        if d["sweep_rounds"] == 1:
+            del d["sweep_rounds"]
         return d
 
 
@@ -153,7 +160,8 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                 step["baked"] = {"eval_key": baked.eval_key, "status": baked.status.value}
                 if baked.passed:  # the baked source stands alone; else the flags stay with the kernel
                     new = Best(source, baked, (), new.history)
-                tried.add((new.key, "sweep"))  # no sweep around its own winner
+                if rounds[_family(new.source)] >= cfg.sweep_rounds:
+                    tried.add((new.key, "sweep"))  # no sweep around its own winner
             best = new
         store.put_apply_step(run_id, step)
         return still
@@ -167,6 +175,8 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
         return finish("start_failed", None, None)
     best = Best(start, first)
     tried: set[tuple[str, str]] = set()  # (kernel hash, skill id or sweep) already tried
+    rounds: dict[str, int] = collections.Counter()  # sweep rounds per kernel up to its tunables' values
+    swept: set[tuple] = {_config_key(start, {})}  # the configurations the sweep has gated (or started from)
     mats = {"rules": RulesMaterializer(), "sweep": make_sweep(cfg.sweep)}
     if "llm" in cfg.materializers:
         from klineage.apply.materialize import LLMBackendMaterializer
@@ -185,10 +195,13 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
         queue: list[tuple[str, Candidate | None, dict | None]] = []
         for backend in cfg.materializers:
             if backend == "sweep":
-                if (bh, "sweep") not in tried:
+                if (bh, "sweep") not in tried and rounds[_family(best.source)] < max(1, cfg.sweep_rounds):
                     tried.add((bh, "sweep"))
+                    rounds[_family(best.source)] += 1
                     pts = mats["sweep"].propose_all([_skill(skills, c) for c in retrieval["candidates"]], best.source, wl)
-                    queue += [("sweep", c, None) for c in pts]
+                    fresh = [c for c in pts if _config_key(c.source, c.config) not in swept]
+                    swept.update(_config_key(c.source, c.config) for c in fresh)
+                    queue += [("sweep", c, None) for c in fresh]
                 continue
             for c in retrieval["candidates"]:
                 if (bh, backend + c["skill_id"]) in tried:
@@ -253,6 +266,17 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                          key=lambda x: -min(min(c["trial_speedups"]) for c in x[0]["vs_best"]))
         for step, cand, _res in winners[:1]:
             keep(step, cand)
+
+
+def _family(source: str) -> str:
+    """The kernel up to the values of its tunables: a baked sweep winner is of its start's family."""
+    return kernel_hash(bake(source, {n: 0 for n in tunables(source)}))
+
+
+def _config_key(source: str, point: dict) -> tuple:
+    """A kernel family and the configuration a sweep point gives it: its tunables' defaults with the
+    point applied (a baked winner and the flags that gave it are the same configuration)."""
+    return (_family(source), tuple(sorted({**tunables(source), **point}.items())))
 
 
 def _structural(mechanism: str) -> bool:

@@ -76,6 +76,8 @@ class HeldoutConfig:
     timing: dict = field(default_factory=dict)  # overrides of the gate's timing settings
     model: str | None = None
     budget_usd: float | None = None
+    # rounds of the steered sweep (skills, control-foreign; klineage.apply.loop.ApplyConfig.sweep_rounds)
+    sweep_rounds: int = 1
 
     def __post_init__(self):
         bad = sorted(set(self.conditions) - set(CONDITIONS))
@@ -84,15 +86,16 @@ class HeldoutConfig:
         self.conditions = tuple(c for c in CONDITIONS if c in self.conditions)
         if self.vendor not in ("auto", "primary", "fallback"):
             raise ValueError(f"vendor {self.vendor!r}: choose auto, primary or fallback")
-        if self.budget < 0 or self.final_rounds < 1 or not 0 < self.failure_speedup < 1:
-            raise ValueError("budget >= 0, final_rounds >= 1 and 0 < failure_speedup < 1")
+        if self.budget < 0 or self.final_rounds < 1 or self.sweep_rounds < 1 or not 0 < self.failure_speedup < 1:
+            raise ValueError("budget >= 0, final_rounds >= 1, sweep_rounds >= 1 and 0 < failure_speedup < 1")
         self.foreign = {k: tuple(sorted(v)) for k, v in sorted(self.foreign.items())}
 
     def to_dict(self) -> dict:
         return {"conditions": list(self.conditions), "budget": self.budget, "seed": self.seed,
                 "final_rounds": self.final_rounds, "admission": self.admission, "vendor": self.vendor,
                 "failure_speedup": self.failure_speedup, "foreign": {k: list(v) for k, v in self.foreign.items()},
-                "timing": {**DEFAULT_TIMING, **self.timing}, "model": self.model, "budget_usd": self.budget_usd}
+                "timing": {**DEFAULT_TIMING, **self.timing}, "model": self.model, "budget_usd": self.budget_usd,
+                **({"sweep_rounds": self.sweep_rounds} if self.sweep_rounds != 1 else {})}
 
     def gate_config(self) -> GateConfig:
         return GateConfig(timing={**DEFAULT_TIMING, **self.timing})
@@ -264,6 +267,7 @@ class _InstanceRun:
                 continue
             rel, start = inst.starts[start_kind]
             acfg = ApplyConfig(materializers=mats, budget_steps=left, admission=c.cfg.admission, sweep=sweep,
+                               sweep_rounds=c.cfg.sweep_rounds if sweep is None else 1,
                                budget_usd=c.cfg.budget_usd if name == "llm" else None, model=c.cfg.model if name == "llm" else None)
             run = apply(c.store, c.gate, self.wl, start, f"{c.root_text}/{rel}", acfg, llm=c.llm if name == "llm" else None,
                         replay=c.replay, progress=c.step_progress(inst.name, cond), skills=library)

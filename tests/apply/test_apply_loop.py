@@ -205,3 +205,44 @@ def test_warp_counts_and_occupancy_hints_get_neighbours_of_their_own_kind():
     assert _neighbours("occupancy", 3) == [1, 2, 4] and _neighbours("occupancy", 0) == [1, 2, 3, 4]
     conv = (ROOT / "expert_kernels" / "conv2d" / "expert.cu").read_text()
     assert sweep_space(conv)["CONV_MIN_BLOCKS"] == [3, 1, 2, 4]
+class ItemsGate(ScriptedGate):
+    """Fastest at GELU_ITEMS = 64 (from its flag, else its #define): 1 us more per halving or doubling away."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.latency = self._lat
+
+    def _lat(self, src):
+        import math
+        import re
+        flag = [f for f in self.config.extra_flags if f.startswith("-DGELU_ITEMS=")]
+        items = int(flag[0].split("=")[1]) if flag else int(re.search(r"#define GELU_ITEMS (\d+)", src).group(1))
+        return 10.0 + abs(math.log2(items) - 6)
+
+    def with_config(self, config, share_worker=True):
+        g = super().with_config(config, share_worker)
+        g.latency = g._lat
+        return g
+
+
+def test_sweep_rounds_climb_past_the_first_neighbourhood_and_never_regate_a_configuration(lib):
+    """With one round the sweep stops at the best of the start's neighbourhood (4 x 4 = 16); with
+    more it sweeps again around each kept winner and reaches 64, gating no configuration twice."""
+    d = ROOT / "apply_workloads" / "gelu"
+    wl = load_workload(d)
+    start = (d / "naive.cu").read_text().replace(
+        "#ifndef GELU_BLOCK", "#ifndef GELU_ITEMS\n#define GELU_ITEMS 4\n#endif\n#ifndef GELU_BLOCK", 1)
+    assert tunables(start)["GELU_ITEMS"] == 4
+    one = apply(lib, ItemsGate(store=lib), wl, start, "gelu+items", ApplyConfig(materializers=("sweep",), budget_steps=30))
+    assert "#define GELU_ITEMS 16" in one["best_source"] and one["stop_reason"] == "no_candidates"
+    cfg = ApplyConfig(materializers=("sweep",), budget_steps=30, sweep_rounds=3)
+    assert cfg.to_dict()["sweep_rounds"] == 3 and "sweep_rounds" not in ApplyConfig().to_dict()
+    more = apply(lib, ItemsGate(store=lib), wl, start, "gelu+items", cfg)
+    assert "#define GELU_ITEMS 64" in more["best_source"]
+    seen = [tuple(sorted({**tunables(start), **s["config"]}.items())) for s in more["steps"] if s["backend"] == "sweep"]
+    rounds_two_on = [s for s in more["steps"] if s["backend"] == "sweep"][len(sweep_points(start, lib.skills())) - 1:]
+    assert len(seen) == len(set(seen)) and rounds_two_on   # later rounds gate only new configurations
+    # the budget bounds the rounds: with 8 candidates the search stops there
+    short = apply(lib, ItemsGate(store=lib), wl, start, "gelu+items",
+                  ApplyConfig(materializers=("sweep",), budget_steps=8, sweep_rounds=3))
+    assert short["summary"]["evaluated"] == 8 and short["stop_reason"] == "budget_steps"

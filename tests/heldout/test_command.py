@@ -588,3 +588,17 @@ def test_retrieval_effect_counts_what_the_library_changed_against_control_foreig
     # a point gated from another start is not the same point
     rows[1]["arms"][0]["start"] = "naive"
     assert retrieval_effect(rows)["reduction"]["not_in_foreign"] == 3
+
+
+def test_sweep_rounds_come_from_the_pipeline_and_must_be_positive(tmp_path):
+    from klineage.pipelines import PipelineError, load_pipeline
+    from klineage.heldout.run import HeldoutConfig
+    p = tmp_path / "h.toml"
+    p.write_text('kind = "heldout"\n[heldout]\nsweep_rounds = 3\n')
+    cfg = load_pipeline(p).run.config
+    assert cfg.sweep_rounds == 3 and cfg.to_dict()["sweep_rounds"] == 3
+    assert "sweep_rounds" not in HeldoutConfig().to_dict()   # reports of one-round runs are unchanged
+    p.write_text('kind = "heldout"\n[heldout]\nsweep_rounds = 0\n')
+    with pytest.raises((PipelineError, ValueError)) as e:
+        load_pipeline(p)
+    assert "sweep_rounds >= 1" in str(e.value)
