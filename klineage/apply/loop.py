@@ -195,13 +195,14 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
         queue: list[tuple[str, Candidate | None, dict | None]] = []
         for backend in cfg.materializers:
             if backend == "sweep":
-                if (bh, "sweep") not in tried and rounds[_family(best.source)] < max(1, cfg.sweep_rounds):
+                fam = _family(best.source)
+                if (bh, "sweep") not in tried and rounds[fam] < max(1, cfg.sweep_rounds):
                     tried.add((bh, "sweep"))
-                    rounds[_family(best.source)] += 1
+                    rounds[fam] += 1
                     pts = mats["sweep"].propose_all([_skill(skills, c) for c in retrieval["candidates"]], best.source, wl)
-                    fresh = [c for c in pts if _config_key(c.source, c.config) not in swept]
-                    swept.update(_config_key(c.source, c.config) for c in fresh)
-                    queue += [("sweep", c, None) for c in fresh]
+                    keyed = [(_config_key(c.source, c.config), c) for c in pts]
+                    queue += [("sweep", c, None) for k, c in keyed if k not in swept]
+                    swept.update(k for k, _ in keyed)
                 continue
             for c in retrieval["candidates"]:
                 if (bh, backend + c["skill_id"]) in tried:

@@ -86,10 +86,14 @@ def summarize(rows: list[dict], cfg, shared: set[str] = frozenset()) -> dict:
     return out
 
 
+def _sweep_steps(row: dict):
+    """(arm, step) of every sweep point a row's arms gated."""
+    return [(a, st) for a in row.get("arms") or [] for st in a.get("steps") or [] if st.get("backend") == "sweep"]
+
+
 def _sweep_points(row: dict) -> set[tuple]:
     """(arm start, sorted configuration) of every sweep point a row's arms gated."""
-    return {(a.get("start"), tuple(sorted((st.get("config") or {}).items())))
-            for a in row.get("arms") or [] for st in a.get("steps") or [] if st.get("backend") == "sweep"}
+    return {(a.get("start"), tuple(sorted((st.get("config") or {}).items()))) for a, st in _sweep_steps(row)}
 
 
 def retrieval_effect(rows: list[dict]) -> dict:
@@ -106,8 +110,7 @@ def retrieval_effect(rows: list[dict]) -> dict:
         if cond != "skills" or f is None or {r["status"], f["status"]} - {"PASSED", "FAILED"}:
             continue
         mine, theirs = _sweep_points(r), _sweep_points(f)
-        steered = sum(1 for a in r.get("arms") or [] for st in a.get("steps") or []
-                      if st.get("backend") == "sweep" and st.get("steered_by"))
+        steered = sum(1 for _, st in _sweep_steps(r) if st.get("steered_by"))
         agg = out.setdefault(r["family"], {"instances": 0, "same_final_kernel": 0, "points": 0, "not_in_foreign": 0,
                                            "steered": 0})
         agg["instances"] += 1
