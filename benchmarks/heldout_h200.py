@@ -63,10 +63,15 @@ def environment() -> dict:
             "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+PREBUILD_GRID = 64  # a sweep grid this small is built whole: later sweep rounds move inside it
+
+
 def prebuild(instances, cfg, library, sources) -> dict:
     """Compile in parallel every kernel the conditions will gate first: each start kernel and every
-    sweep point (steered by the library, by the foreign library, unsteered, and the random draws)."""
-    from klineage.apply.materialize import point_flags, random_points, sweep_points
+    sweep point (steered by the library, by the foreign library, unsteered, and the random draws),
+    and, when cfg.sweep_rounds > 1, the idiom kernel's whole sweep grid where it has at most
+    PREBUILD_GRID points (each later round's points are one axis away from a winner)."""
+    from klineage.apply.materialize import point_flags, random_points, sweep_grid, sweep_points
     from klineage.gate.compile import compile_kernel
     from klineage.heldout.run import foreign_library, random_seed
 
@@ -78,6 +83,8 @@ def prebuild(instances, cfg, library, sources) -> dict:
         foreign = foreign_library(library, sources, cfg.foreign.get(inst.family, ()))
         pts = (sweep_points(idiom, library) + sweep_points(idiom, foreign) + sweep_points(idiom, [])
                + random_points(idiom, cfg.budget, random_seed(cfg.seed, inst.name)))
+        grid = sweep_grid(idiom) if cfg.sweep_rounds > 1 else []
+        pts += grid if len(grid) <= PREBUILD_GRID else []
         for p in pts:
             jobs[(idiom, point_flags(p))] = None
     t0 = time.perf_counter()

@@ -21,6 +21,7 @@ returns [] (and says why in `why_not`).
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import re
 from dataclasses import dataclass, field
@@ -32,11 +33,15 @@ from klineage.workload import Workload
 TUNABLE_RE = re.compile(r"#ifndef (\w+)\s*\n\s*#define \1 (\d+)\b[^\n]*\n\s*#endif")
 MAX_SWEEP = 7
 MIN_SWEEP = 5
+MAX_AXES = 4    # tunables one sweep varies at most
+MIN_GRID = 24   # configurations the swept axes should span (see _axes)
 # the role of a tunable constant, from its name, first match in this order
 # (a tile extent, BLOCK_M / BN ..., is not a thread count: its neighbours are halvings and doublings;
-# nor is a warp count, GEMM_WARPS_M, or an occupancy hint, CONV_MIN_BLOCKS / ..._BLOCKS_PER_SM)
+# nor is a warp count, GEMM_WARPS_M, an occupancy hint, CONV_MIN_BLOCKS / ..._BLOCKS_PER_SM, or a
+# pipeline depth, GEMM_STAGES, whose neighbours are one stage more and one fewer)
 ROLES = {"tile": re.compile(r"BLOCK_[MNK]\b|(?<![A-Z])B[MNK]\b"), "warps": re.compile(r"WARPS"),
-         "occupancy": re.compile(r"MIN_BLOCKS|BLOCKS_PER_SM"), "block": re.compile(r"BLOCK|THREADS"),
+         "occupancy": re.compile(r"MIN_BLOCKS|BLOCKS_PER_SM"), "stages": re.compile(r"STAGES"),
+         "block": re.compile(r"BLOCK|THREADS"),
          "factor": re.compile(r"UNROLL|VEC|COARSEN|ITEMS|PER_THREAD|ILP")}
 
 
@@ -99,17 +104,28 @@ def _neighbours(role: str | None, default: int) -> list[int]:
         return [v for v in (default * 2, default // 2) if 1 <= v <= 32 and v != default]
     if role == "occupancy":
         return [v for v in (1, 2, 3, 4) if v != default]
+    if role == "stages":  # a pipeline depth: one more and one fewer (at least 2: one in use, one in flight)
+        return [v for v in (default + 1, default - 1) if v >= 2]
     return list(dict.fromkeys(v for v in (default * 2, default * 4, max(1, default // 2), max(1, default // 4),
                                           default * 8) if v != default))
 
 
 def _axes(tun: dict[str, int]) -> list[str]:
-    """The (at most two) tunables a sweep varies: named ones with a role first, then file order."""
-    return sorted(tun, key=lambda n: (_role(n) is None, list(tun).index(n)))[:2]
+    """The tunables a sweep varies: named ones with a role first, then file order; two, and more (up
+    to MAX_AXES) while the grid of the axes so far holds fewer than MIN_GRID configurations. A pair
+    of tile extents gives 3 x 3 = 9 points, which a budget of 12 random draws would enumerate; a
+    search space the budget can exhaust cannot tell a steered search from a random one."""
+    order = sorted(tun, key=lambda n: (_role(n) is None, list(tun).index(n)))
+    names = order[:2]
+    for n in order[2:MAX_AXES]:
+        if math.prod(1 + len(_neighbours(_role(m), tun[m])) for m in names) >= MIN_GRID:
+            break
+        names.append(n)
+    return names
 
 
 def sweep_points(source: str, skills: list[dict]) -> list[dict[str, int]]:
-    """5-7 configurations over (at most two of) the source's tunables; [] when it exposes none.
+    """5-7 configurations over the source's swept tunables (_axes); [] when it exposes none.
     The default is always the first point; steered values come before plain neighbours."""
     tun = tunables(source)
     if not tun:
@@ -123,10 +139,14 @@ def sweep_points(source: str, skills: list[dict]) -> list[dict[str, int]]:
     default = {n: tun[n] for n in names}
     points = [default]
     # one axis at a time first (the steered values lead), then pairs
-    per_axis = MAX_SWEEP - 1 if len(names) == 1 else 3
-    for n in names:
-        for v in axes[n][:per_axis]:
-            points.append({**default, n: v})
+    if len(names) <= 2:
+        per_axis = MAX_SWEEP - 1 if len(names) == 1 else 3
+        for n in names:
+            for v in axes[n][:per_axis]:
+                points.append({**default, n: v})
+    else:  # three or more axes: each axis's first value, then each one's second, ...
+        for rank in range(max(len(v) for v in axes.values())):
+            points += [{**default, n: axes[n][rank]} for n in names if rank < len(axes[n])]
     if len(names) == 2:
         for a, b in itertools.product(axes[names[0]][:2], axes[names[1]][:2]):
             points.append({names[0]: a, names[1]: b})
@@ -140,15 +160,24 @@ def sweep_space(source: str) -> dict[str, list[int]]:
     return {n: list(dict.fromkeys([tun[n]] + _neighbours(_role(n), tun[n]))) for n in _axes(tun)}
 
 
-def random_points(source: str, n: int, seed: int) -> list[dict[str, int]]:
-    """The default, then `n` distinct other points of sweep_space drawn uniformly at random
-    (random.Random(seed)); fewer when the space is smaller; [] when the source has no tunables."""
+def sweep_grid(source: str) -> list[dict[str, int]]:
+    """Every point of sweep_space: the default first, then the others in product order; [] when the
+    source has no tunables."""
     space = sweep_space(source)
     if not space:
         return []
     default = {k: v[0] for k, v in space.items()}
-    grid = [p for p in (dict(zip(space, combo)) for combo in itertools.product(*space.values())) if p != default]
-    return [default] + random.Random(seed).sample(grid, min(max(n, 0), len(grid)))
+    return [default] + [p for p in (dict(zip(space, combo)) for combo in itertools.product(*space.values()))
+                        if p != default]
+
+
+def random_points(source: str, n: int, seed: int) -> list[dict[str, int]]:
+    """The default, then `n` distinct other points of sweep_space drawn uniformly at random
+    (random.Random(seed)); fewer when the space is smaller; [] when the source has no tunables."""
+    grid = sweep_grid(source)
+    if not grid:
+        return []
+    return grid[:1] + random.Random(seed).sample(grid[1:], min(max(n, 0), len(grid) - 1))
 
 
 def point_flags(point: dict[str, int]) -> tuple[str, ...]:

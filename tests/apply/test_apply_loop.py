@@ -205,6 +205,34 @@ def test_warp_counts_and_occupancy_hints_get_neighbours_of_their_own_kind():
     assert _neighbours("occupancy", 3) == [1, 2, 4] and _neighbours("occupancy", 0) == [1, 2, 3, 4]
     conv = (ROOT / "expert_kernels" / "conv2d" / "expert.cu").read_text()
     assert sweep_space(conv)["CONV_MIN_BLOCKS"] == [3, 1, 2, 4]
+def test_the_sweep_adds_axes_until_its_space_is_larger_than_a_budget_can_enumerate():
+    """Two axes when they span MIN_GRID configurations (a reduction's THREADS x ITEMS: 36); a pair
+    of tile extents spans 9, which 12 random draws would enumerate, so the next role axes join (up to
+    MAX_AXES); one axis at a time first, every point distinct, the default first."""
+    import math
+    from klineage.apply.materialize import MAX_AXES, MIN_GRID, _neighbours, random_points
+    heldout = ROOT / "heldout" / "kernels"
+    rms = (heldout / "rmsnorm_idiom.cu").read_text()
+    assert list(sweep_space(rms)) == ["RMSNORM_THREADS", "RMSNORM_ITEMS"]  # VEC stays at its default
+    for name, third in (("gemm_mm.cu", "GEMM_BLOCK_K"), ("gemm_grouped.cu", "GEMM_BLOCK_K"),
+                        ("attn_idiom.cu", "ATTN_WARPS")):
+        src = (heldout / name).read_text()
+        space = sweep_space(src)
+        assert len(space) == 3 and list(space)[2] == third, (name, space)
+        assert math.prod(len(v) for v in list(space.values())[:2]) < MIN_GRID <= math.prod(len(v) for v in space.values())
+        pts = sweep_points(src, [])
+        assert pts[0] == {k: v[0] for k, v in space.items()} and len(pts) == 7
+        assert len({tuple(sorted(p.items())) for p in pts}) == 7
+        assert all(sum(p[k] != pts[0][k] for k in p) == 1 for p in pts[1:])  # one axis moved per point
+        assert len({next(k for k in p if p[k] != pts[0][k]) for p in pts[1:]}) == 3  # every axis moved
+        assert len(random_points(src, 12, 7)) == 13  # 26 other configurations: 12 draws do not exhaust them
+    # a pipeline depth steps by one stage, never below two
+    assert _neighbours("stages", 4) == [5, 3] and _neighbours("stages", 2) == [3]
+    gemm = (ROOT / "expert_kernels" / "gemm" / "expert.cu").read_text()
+    assert sweep_space(gemm)["GEMM_STAGES"] == [4, 5, 3]
+    assert MAX_AXES >= 3
+
+
 class ItemsGate(ScriptedGate):
     """Fastest at GELU_ITEMS = 64 (from its flag, else its #define): 1 us more per halving or doubling away."""
 

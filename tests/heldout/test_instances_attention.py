@@ -384,7 +384,8 @@ def test_tunables_follow_the_sweep_convention():
     src = KERNEL.read_text()
     assert tunables(src) == DEFAULTS
     assert all(ROLES["tile"].search(n) for n in ("ATTN_BLOCK_M", "ATTN_BLOCK_N")) and ROLES["warps"].search("ATTN_WARPS")
-    assert sweep_points(src, [])[0] == {"ATTN_BLOCK_M": 128, "ATTN_BLOCK_N": 32}
+    # the tile pair alone spans 3 x 3 configurations, fewer than MIN_GRID: the warp count joins
+    assert sweep_points(src, [])[0] == {"ATTN_BLOCK_M": 128, "ATTN_BLOCK_N": 32, "ATTN_WARPS": 4}
 
 
 @pytest.fixture(scope="module")
