@@ -269,10 +269,13 @@ class _InstanceRun:
             acfg = ApplyConfig(materializers=mats, budget_steps=left, admission=c.cfg.admission, sweep=sweep,
                                sweep_rounds=c.cfg.sweep_rounds if sweep is None else 1,
                                budget_usd=c.cfg.budget_usd if name == "llm" else None, model=c.cfg.model if name == "llm" else None)
-            run = apply(c.store, c.gate, self.wl, start, f"{c.root_text}/{rel}", acfg, llm=c.llm if name == "llm" else None,
+            llm = c.llm_for_instance() if name == "llm" else None
+            run = apply(c.store, c.gate, self.wl, start, f"{c.root_text}/{rel}", acfg, llm=llm,
                         replay=c.replay, progress=c.step_progress(inst.name, cond), skills=library)
             used += run["summary"]["evaluated"]
             rec = _arm_record(name, start_kind, run)
+            if llm is not None:
+                rec["spent_usd"] = run["summary"]["spent_usd"]
             if rec.get("best_eval_key"):
                 rec["best_score"] = _search_score(c.store.get_evaluation(rec["best_eval_key"]))
             done.append(rec)
@@ -413,6 +416,14 @@ class _Run:
         self.sources = skill_sources(store, self.library)
         self.run_id = run_id_for(instances, cfg, self.library)
         self.finals = _FinalGates(gate, cfg.final_rounds)
+
+    def llm_for_instance(self):
+        """The llm materializer for one instance: the run's backend, a spending budget of its own
+        (`budget_usd` is per instance; one materializer for the whole run would let the first
+        instances spend what the later ones were given)."""
+        from klineage.apply.llm import LLMMaterializer
+        m = self.llm
+        return LLMMaterializer(m.backend, budget_usd=m.budget_usd, model=m.model, max_tokens=m.max_tokens)
 
     def foreign(self, family: str) -> list[dict]:
         return foreign_library(self.library, self.sources, tuple(self.cfg.foreign.get(family, ())))

@@ -173,6 +173,69 @@ def test_llm_is_listed_as_not_run_without_a_key(recorded):
     assert llm["geomean"] is None and len(llm["not_counted"]) == 3
 
 
+def test_llm_condition_runs_through_the_sdk_with_a_budget_per_instance(tmp_path, library, monkeypatch):
+    """With a key, the llm condition goes through the anthropic SDK (to the scripted server on
+    loopback): the rms answer (the best configuration written into the kernel) is gated, re-measured
+    and kept; mm's answer does not compile and that feedback reaches the next prompt; attention's
+    answers hold no kernel. --budget-usd is per instance: every instance gets its own calls (one
+    materializer for the whole run let the first instances spend the later ones' budget). The key is
+    stored nowhere, and a replay lists the condition as not run."""
+    from klineage.apply.scripted_server import ScriptedServer
+    key = "sk-ant-heldout-test-0123456789"
+    rms = _idiom("rms_tiny")
+    best = rms.replace("#define RMS_BLOCK 256", "#define RMS_BLOCK 512").replace("#define RMS_UNROLL 1",
+                                                                                  "#define RMS_UNROLL 8")
+    assert best != rms
+    replies = [{"text": "Block of 512, unroll 8:\n```cuda\n" + best + "```\n", "when": ['NAME = "rms_tiny"', "#define RMS_BLOCK 256"]},
+               {"text": "```cuda\n#include <cuda_runtime.h>\nextern \"C\" cudaError_t mm(void) { return oops; }\n```",
+                "when": ['NAME = "mm_tiny"']},
+               {"text": "No kernel this time.", "when": ['NAME = "mm_tiny"', "COMPILE_ERROR"]}]
+    db, out = tmp_path / "llm.duckdb", tmp_path / "llm_out"
+    shutil.copy(library, db)
+    script_gpu(monkeypatch)
+    # a long answer without a kernel: about 3000 output tokens, $0.045 a call, so a $0.20 budget of
+    # one instance lasts two or three calls and three instances spend more than $0.20 in all
+    chatty = "I would leave this kernel as it is. " * 330
+    with ScriptedServer(replies, default={"text": chatty}) as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        r = CliRunner().invoke(main, ["heldout", str(FIXTURES), "--db", str(db), "--out", str(out), *ARGS,
+                                      "--conditions", "idiom,llm", "--budget-usd", "0.2"])
+        prompts = [json.dumps(req) for req in server.requests]
+    assert r.exit_code == 0, r.output
+    report = json.loads((out / "heldout.json").read_text())
+    rows = _rows(report)
+    assert not report["not_run"] and report["summary"]["overall"]["llm"]["geomean"] is not None
+    for inst in ("attn_tiny", "mm_tiny", "rms_tiny"):
+        row = rows[(inst, "llm")]
+        assert row["status"] == "PASSED", (inst, row.get("reason"))
+        (arm,) = row["arms"]
+        assert arm["arm"] == "llm" and arm["materializers"] == ["llm"]
+        assert any(st["backend"] == "llm" for st in arm["steps"]), inst  # its own calls, whatever came before
+        assert 0 < arm["spent_usd"] <= 0.2
+    assert sum(rows[(i, "llm")]["arms"][0]["spent_usd"] for i in ("attn_tiny", "mm_tiny", "rms_tiny")) > 0.2
+    assert rows[("attn_tiny", "llm")]["arms"][0]["stop_reason"] == "budget_usd"
+    rms_row = rows[("rms_tiny", "llm")]
+    assert rms_row["kernel_hash"] == kernel_hash(best) and rms_row["speedup"] > rows[("rms_tiny", "idiom")]["speedup"]
+    assert [st["status"] for st in rms_row["arms"][0]["steps"]][0] == "PASSED"
+    mm_steps = rows[("mm_tiny", "llm")]["arms"][0]["steps"]
+    assert mm_steps[0]["status"] == "COMPILE_ERROR" and mm_steps[1:] and {st["status"] for st in mm_steps[1:]} == {"NO_KERNEL"}
+    assert rows[("mm_tiny", "llm")]["kernel_hash"] == kernel_hash(_idiom("mm_tiny"))  # the start stays
+    assert any("COMPILE_ERROR" in p and 'NAME = \\"mm_tiny\\"' in p for p in prompts)
+    assert {st["status"] for st in rows[("attn_tiny", "llm")]["arms"][0]["steps"]} == {"NO_KERNEL"}
+    assert {u["skill"] for u in rms_row["skills_used"]} and all(u["mined_from"] for u in rms_row["skills_used"])
+    for f in (db, out / "heldout.json", out / "heldout.txt"):
+        assert key.encode() not in f.read_bytes(), f
+    # a replay has no model exchanges to replay: the condition is listed as not run, with the reason
+    db2 = tmp_path / "llm_replay.duckdb"
+    shutil.copy(db, db2)
+    r = CliRunner().invoke(main, ["heldout", str(FIXTURES), "--db", str(db2), "--out", str(tmp_path / "o2"), *ARGS,
+                                  "--conditions", "idiom,llm", "--replay"])
+    assert r.exit_code == 0, r.output
+    rep2 = json.loads((tmp_path / "o2" / "heldout.json").read_text())
+    assert {m["condition"] for m in rep2["not_run"]} == {"llm"} and all("--replay" in m["reason"] for m in rep2["not_run"])
+
+
 def test_random_control_is_fixed_by_its_seed(recorded, tmp_path, library, monkeypatch):
     rows = _rows(recorded["report"])
     for inst in ("rms_tiny", "mm_tiny"):
