@@ -77,7 +77,41 @@ def test_replayed_library_is_the_one_the_h200_run_stored(replayed):
     assert [(l["workload_name"], l["proposer"]) for l in mine["lineages"]] == \
         [(l["workload_name"], l["proposer"]) for l in device["lineages"]]
     assert mine["lineages"] == device["lineages"]
-    assert mine["skills"] == device["skills"]
+    # the cards' measured configuration came after that run (it reads the kernel sources, measures
+    # nothing): everything else is what the H200 stored
+    assert [_before_measured_configuration(s) for s in mine["skills"]] == device["skills"]
+    assert all("measured_configuration" not in s["card"]["carrier"] for s in device["skills"])
+
+
+MEASURED_MD = re.compile(r"Measured at \(the tuning constants[^\n]*\n(?:- [^\n]*\n)*")
+
+
+def _before_measured_configuration(skill: dict) -> dict:
+    """A skill as the lift wrote it before cards carried carrier.measured_configuration."""
+    out = json.loads(json.dumps(skill))
+    out["card"]["carrier"].pop("measured_configuration", None)
+    out["card_md"] = MEASURED_MD.sub("", out["card_md"])
+    return out
+
+
+def test_cards_carry_the_configuration_of_the_kernels_they_were_measured_in(shipped_skills):
+    """carrier.measured_configuration is klineage.tuning.configuration of each evidence kernel: the
+    gemm ladder's wgmma step was measured in a kernel with 128 x 256 x 64 tiles and 4 stages, the
+    fmha one with 128 x 128 tiles and 2 stages; memory-bound skills carry block sizes and factors."""
+    by_name = {s["name"]: s for s in shipped_skills}
+    wgmma = {m["workload"]: {v["name"]: v["value"] for v in m["values"]}
+             for m in by_name["wgmma/warpgroup-mma"]["carrier"]["measured_configuration"]}
+    assert {"GEMM_BM": 128, "GEMM_BN": 256, "GEMM_BK": 64, "GEMM_STAGES": 4}.items() <= wgmma["gemm"].items()
+    assert {"FMHA_BM": 128, "FMHA_BN": 128, "FMHA_STAGES": 2}.items() <= wgmma["fmha"].items()
+    for m in by_name["wgmma/warpgroup-mma"]["carrier"]["measured_configuration"]:
+        for v in m["values"]:
+            assert v["role"] in ("tile", "stages", "block", "warps", "occupancy", "factor")
+            assert (v.get("axis") in ("M", "N", "K")) == (v["role"] == "tile" and v.get("axis") is not None)
+    roles = {v["role"] for m in by_name["coarsening/per-thread-count"]["carrier"]["measured_configuration"]
+             for v in m["values"]}
+    assert {"block", "factor"} <= roles and "tile" not in roles
+    r = CliRunner().invoke(main, ["skills", "show", "wgmma/warpgroup-mma", "--db", str(SHIPPED)])
+    assert r.exit_code == 0 and "Measured at" in r.output and "GEMM_BN=256" in r.output
 
 
 def test_every_corpus_lineage_ends_with_a_stated_reason():

@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from klineage.lineage.admit import rewrite_for
+from klineage.tuning import ROLES, matches  # noqa: F401  (ROLES: the roles of tunables' names)
+from klineage.tuning import axis as _axis
+from klineage.tuning import role as _role
 from klineage.workload import Workload
 
 TUNABLE_RE = re.compile(r"#ifndef (\w+)\s*\n\s*#define \1 (\d+)\b[^\n]*\n\s*#endif")
@@ -35,14 +38,7 @@ MAX_SWEEP = 7
 MIN_SWEEP = 5
 MAX_AXES = 4    # tunables one sweep varies at most
 MIN_GRID = 24   # configurations the swept axes should span (see _axes)
-# the role of a tunable constant, from its name, first match in this order
-# (a tile extent, BLOCK_M / BN ..., is not a thread count: its neighbours are halvings and doublings;
-# nor is a warp count, GEMM_WARPS_M, an occupancy hint, CONV_MIN_BLOCKS / ..._BLOCKS_PER_SM, or a
-# pipeline depth, GEMM_STAGES, whose neighbours are one stage more and one fewer)
-ROLES = {"tile": re.compile(r"BLOCK_[MNK]\b|(?<![A-Z])B[MNK]\b"), "warps": re.compile(r"WARPS"),
-         "occupancy": re.compile(r"MIN_BLOCKS|BLOCKS_PER_SM"), "stages": re.compile(r"STAGES"),
-         "block": re.compile(r"BLOCK|THREADS"),
-         "factor": re.compile(r"UNROLL|VEC|COARSEN|ITEMS|PER_THREAD|ILP")}
+MAX_JOINT = 2   # configurations of the cards (several axes at once) among a round's points at most
 
 
 @dataclass
@@ -73,26 +69,51 @@ def bake(source: str, values: dict[str, int]) -> str:
     return TUNABLE_RE.sub(sub, source)
 
 
-def _role(name: str) -> str | None:
-    for role, pat in ROLES.items():
-        if pat.search(name):
-            return role
-    return None
+def _measured(skill: dict) -> list[list[dict]]:
+    """The quantitative configurations of the kernels a skill was measured in (its card's
+    carrier.measured_configuration: one list of {name, value, role[, axis]} per kernel)."""
+    carrier = (skill.get("card") or {}).get("carrier") or {}
+    return [m.get("values") or [] for m in carrier.get("measured_configuration") or []]
 
 
-def _steered(skills: list[dict], role: str) -> list[int]:
-    """Integer values the skills' cards give for constants of `role`: their example configurations
-    name macros with values (coarsening: CE_UNROLL = 4) and launch bounds with literal block sizes."""
+def _steered(skills: list[dict], name: str) -> list[int]:
+    """Integer values the skills' cards give for the constant `name` (by its role, and for a tile
+    extent its axis): their example configurations name macros with values (coarsening: CE_UNROLL =
+    4) and launch bounds with literal block sizes; their measured configurations give the constants
+    of the kernels they were measured in (the gemm expert's GEMM_BN = 256 for a BLOCK_N)."""
+    role = _role(name)
     vals: list[int] = []
+    if role is None:
+        return vals
     for s in skills:
         for ex in (s.get("card") or {}).get("carrier", {}).get("example_configuration") or []:
-            if isinstance(ex.get("value"), int) and _role(str(ex.get("name", ""))) == role:
+            ex_name = str(ex.get("name", ""))
+            if isinstance(ex.get("value"), int) and _role(ex_name) and matches(name, {"role": _role(ex_name), "axis": _axis(ex_name)}):
                 vals.append(ex["value"])
             if role == "block":
                 m = re.fullmatch(r"\((\d+)(?:,\s*\d+)?\)", str(ex.get("args", "")))
                 if m:
                     vals.append(int(m.group(1)))
+        for cfg in _measured(s):
+            vals += [it["value"] for it in cfg if isinstance(it.get("value"), int) and matches(name, it)]
     return vals
+
+
+def _joint(skills: list[dict], names: list[str], default: dict[str, int]) -> list[dict[str, int]]:
+    """The skills' measured configurations as sweep points: each kernel's values for the swept axes
+    (its first matching constant per axis), kept when they move two axes or more off the default
+    (one axis moved is a steered one-axis point already)."""
+    out = []
+    for s in skills:
+        for cfg in _measured(s):
+            p = dict(default)
+            for n in names:
+                v = next((it["value"] for it in cfg if isinstance(it.get("value"), int) and matches(n, it)), None)
+                if v is not None and v > 0:
+                    p[n] = v
+            if sum(p[n] != default[n] for n in names) >= 2 and p not in out:
+                out.append(p)
+    return out
 
 
 def _neighbours(role: str | None, default: int) -> list[int]:
@@ -134,10 +155,10 @@ def sweep_points(source: str, skills: list[dict]) -> list[dict[str, int]]:
     axes = {}
     for n in names:
         role = _role(n)
-        vals = ([v for v in _steered(skills, role) if v > 0] if role else []) + _neighbours(role, tun[n])
+        vals = [v for v in _steered(skills, n) if v > 0] + _neighbours(role, tun[n])
         axes[n] = list(dict.fromkeys(v for v in vals if v != tun[n]))
     default = {n: tun[n] for n in names}
-    points = [default]
+    points = [default] + _joint(skills, names, default)[:MAX_JOINT]  # the cards' configurations first
     # one axis at a time first (the steered values lead), then pairs
     if len(names) <= 2:
         per_axis = MAX_SWEEP - 1 if len(names) == 1 else 3
@@ -191,8 +212,7 @@ def steered_by(skills: list[dict], source: str, point: dict[str, int]) -> tuple[
     names = []
     for s in skills:
         for axis, v in point.items():
-            role = _role(axis)
-            if role and v != tun.get(axis) and v in _steered([s], role):
+            if v != tun.get(axis) and v in _steered([s], axis):
                 names.append(s["name"])
                 break
     return tuple(sorted(set(names)))

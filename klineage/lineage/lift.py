@@ -163,6 +163,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
             cfg = {k: v for k, v in cfg.items() if isinstance(v, (str, int, float)) and len(str(v)) < 120}
             if cfg and cfg not in examples:
                 examples.append(cfg)
+        measured_cfg = measured_configuration(ts, source_of)
         pre = {c: [] for c in CATEGORIES}
         rich = next((f for f in first["features_richer"] if f["mechanism"] == mech_name
                      and f["locus"] == first["locus"]), None)
@@ -217,6 +218,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
                         "forward_rewrite": (f"klineage.mechanisms.{mech_name}: reoptimize" if not first["declared"]
                                             else f"ladder step {first['config'].get('previous')} -> {first['config'].get('version')}"),
                         "example_configuration": examples,
+                        "measured_configuration": measured_cfg,
                         "diff": _diff(simpler_src, richer_src) if simpler_src and richer_src else ""},
             "preconditions": pre,
             "effects": {"median_speedup": med, "spread": spread, "case_range": case_range, "per_case": per_case},
@@ -254,6 +256,21 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
         skills.append({"skill_id": skill_id, "name": name, "mechanism": mech_name, "card": card,
                        "card_md": render("card.md.j2", card=card)})
     return sorted(skills, key=lambda s: s["name"])
+
+
+def measured_configuration(ts: list[dict], source_of: Callable[[str], str | None]) -> list[dict]:
+    """The quantitative configuration (klineage.tuning.configuration: tile extents, threads, warps,
+    stages, per-thread factors, occupancy) of each kernel a skill was measured in, read forward: the
+    richer kernel of each transition. One entry per distinct (workload, configuration)."""
+    from klineage.tuning import configuration
+    out = []
+    for t in ts:
+        src = source_of(t["richer_hash"])
+        values = configuration(src) if src else []
+        entry = {"workload": t["workload_name"], "kernel": t["richer_hash"][:12], "values": values}
+        if values and not any(e["workload"] == entry["workload"] and e["values"] == values for e in out):
+            out.append(entry)
+    return out
 
 
 def apply_admission(card: dict, verdict: dict) -> None:

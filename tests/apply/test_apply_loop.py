@@ -233,6 +233,35 @@ def test_the_sweep_adds_axes_until_its_space_is_larger_than_a_budget_can_enumera
     assert MAX_AXES >= 3
 
 
+def _measured_card(name: str, values: dict[str, int], workload: str = "gemm") -> dict:
+    from klineage.tuning import configuration
+    src = "".join(f"#define {k} {v}\n" for k, v in values.items())
+    return {"skill_id": name, "name": name, "card": {"carrier": {"example_configuration": [], "measured_configuration": [
+        {"workload": workload, "kernel": "0" * 12, "values": configuration(src)}]}}}
+
+
+def test_a_cards_measured_configuration_is_a_sweep_point_mapped_by_role_and_axis():
+    """The gemm expert's tiles (BM 128, BN 256, BK 64) become one point of the held-out gemm's
+    BLOCK_M / BLOCK_N / BLOCK_K right after the default; each tile value goes to its own axis (BK
+    never steers BLOCK_M); a card with only thread counts and factors moves no tile axis."""
+    from klineage.apply.materialize import _steered, steered_by
+    src = (ROOT / "heldout" / "kernels" / "gemm_mm.cu").read_text()
+    expert = _measured_card("wgmma/x", {"GEMM_STAGES": 4, "GEMM_BM": 128, "GEMM_BN": 256, "GEMM_BK": 64})
+    only_k = _measured_card("conv/x", {"CONV_BK": 16}, "conv2d")
+    memory = _measured_card("coarsening/x", {"ROW_SUM_BLOCK": 512, "ROW_SUM_UNROLL": 8}, "row_sum")
+    assert _steered([expert], "GEMM_BLOCK_N") == [256] and _steered([expert], "GEMM_BLOCK_K") == [64]
+    assert _steered([expert], "GEMM_BLOCK_M") == [128] and _steered([only_k], "GEMM_BLOCK_M") == []
+    assert _steered([expert], "GEMM_STAGES") == [4] and _steered([memory], "GEMM_WARPS_M") == []
+    pts = sweep_points(src, [expert, only_k])
+    assert pts[0] == {"GEMM_BLOCK_M": 128, "GEMM_BLOCK_N": 128, "GEMM_BLOCK_K": 32}
+    assert pts[1] == {"GEMM_BLOCK_M": 128, "GEMM_BLOCK_N": 256, "GEMM_BLOCK_K": 64}  # the card's configuration
+    assert steered_by([expert, only_k, memory], src, pts[1]) == ("wgmma/x",)
+    assert _steered([expert, only_k], "GEMM_BLOCK_K") == [64, 16] and len(pts) == 7
+    assert sweep_points(src, [memory]) == sweep_points(src, [])  # nothing of its roles is swept here
+    rms = (ROOT / "heldout" / "kernels" / "rmsnorm_idiom.cu").read_text()
+    assert sweep_points(rms, [memory])[1] == {"RMSNORM_THREADS": 512, "RMSNORM_ITEMS": 8}
+
+
 class ItemsGate(ScriptedGate):
     """Fastest at GELU_ITEMS = 64 (from its flag, else its #define): 1 us more per halving or doubling away."""
 

@@ -617,6 +617,57 @@ def test_recorded_h200_run_replays_to_its_report(tmp_path, monkeypatch):
     assert _approx(got) == _approx(want)
 
 
+ONE_ROUND = H200 / "report_one_round"
+
+
+def test_recorded_one_round_reduction_run_replays_where_its_search_is_unchanged(tmp_path, monkeypatch):
+    """The H200 reduction run of 2026-12-04 (one sweep round; the cards then carried no measured
+    configuration), replayed here with --sweep-rounds 1: idiom, control-random and control-foreign
+    give the rows it recorded, the same points, kernels and measurements (control-foreign's cards
+    now name values it tried anyway, so only what a point is credited to may differ); skills, which the cards' measured
+    configurations now steer to other points, searches anew: MISSING for want of records, or (where
+    every point it now gates was recorded by some condition) replayed. The whole record replays at
+    commit ba9da3b."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("KLINEAGE_EXPERTS", raising=False)
+    want = json.loads((ONE_ROUND / "heldout.json").read_text())
+    assert want["environment"] and all(e["gpu"] == "NVIDIA H200" for e in want["environment"])
+    assert want["config"].get("sweep_rounds", 1) == 1 and {i["family"] for i in want["instances"]} == {"reduction"}
+    db = tmp_path / "lib.duckdb"
+    shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
+    names = ",".join(sorted({i["instance"] for i in want["instances"]}))
+    r = CliRunner().invoke(main, ["heldout", "--config", str(ROOT / "pipelines" / "heldout.toml"), "--db", str(db),
+                                  "--out", str(tmp_path / "out"), "--replay", "--records", str(H200),
+                                  "--instances", names, "--quiet", "--sweep-rounds", "1"])
+    assert r.exit_code in (0, 4), r.output[-3000:]
+    got = json.loads((tmp_path / "out" / "heldout.json").read_text())
+    assert got["run_id"] == want["run_id"]
+    rows = lambda rep: {(i["instance"], c): row for i in rep["instances"] for c, row in i["conditions"].items()}  # noqa: E731
+    g, w = rows(got), rows(want)
+    assert set(g) == set(w)
+    missing = 0
+    for key, row in w.items():
+        if key[1] == "skills":  # a search of other points: MISSING, or replayed where every point was recorded
+            assert g[key]["status"] in ("MISSING", "PASSED"), key
+            if g[key]["status"] == "MISSING":
+                assert "no recorded evaluation" in g[key]["reason"]
+                missing += 1
+            continue
+        # the same points, kernels and measurements; which skills a point is credited to may differ
+        # (a foreign card's thread count now names a value the sweep tried anyway)
+        assert _approx(_uncredited(g[key])) == _approx(_uncredited(row)), key
+    assert 0 < missing < len(want["instances"]) + 1
+
+
+def _uncredited(row: dict) -> dict:
+    out = json.loads(json.dumps(row))
+    out.pop("skills_used", None)
+    for arm in out.get("arms") or []:
+        for st in arm.get("steps") or []:
+            st.pop("steered_by", None)
+    return out
+
+
 def _approx(x):
     """x with every float rounded to 12 significant digits (for comparing reports across machines)."""
     if isinstance(x, float):
