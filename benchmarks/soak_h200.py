@@ -378,7 +378,7 @@ def main() -> int:
         accounting["workdirs_left"] = sorted(workdirs() - before_dirs)
         accounting["gpu_processes_after_close"] = gpu_processes()
         keys = [r["eval_key"] for r in records if r.get("eval_key")]
-        stored = {k for (k,) in store._query("SELECT eval_key FROM evaluations")}
+        stored = store.evaluation_keys()
         n_exported = store.export_evaluations(ns.out / "soak_h200.jsonl")
         plain = ns.out / "soak_h200.jsonl"  # gzip-compressed like the shipped records (import reads .gz)
         (ns.out / "soak_h200.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))

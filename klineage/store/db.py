@@ -345,6 +345,10 @@ class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin, HeldoutMixin):
                        if all(k in r["request"] and r["request"][k] == v for k, v in want.items())]
         return records
 
+    def evaluation_keys(self) -> set[str]:
+        """The keys of every stored evaluation."""
+        return {k for (k,) in self._query("SELECT eval_key FROM evaluations")}
+
     def export_evaluations(self, path: str | Path, workload_hashes: list[str] | None = None, **filters) -> int:
         """Write the matching records (find_evaluations filters; `workload_hashes`: records of any of
         these workloads) as JSON Lines sorted by eval_key, gzip-compressed when the path ends in .gz;

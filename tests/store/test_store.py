@@ -286,6 +286,7 @@ def test_export_import_roundtrip(tmp_path, store):
     for i, key in enumerate(["c3", "a1", "b2"]):
         store.put_evaluation(record(key, kernel=f"k{i}", recorded_at=f"2024-0{i + 1}-01T00:00:00.123456+00:00"))
     out = tmp_path / "out" / "evals.jsonl"
+    assert store.evaluation_keys() == {"a1", "b2", "c3"}
     assert store.export_evaluations(out) == 3
     lines = out.read_text().splitlines()
     assert [json.loads(x)["eval_key"] for x in lines] == ["a1", "b2", "c3"]
