@@ -245,6 +245,16 @@ def format_heldout(report: dict) -> str:
         out.append(f"retrieval, {fam}: skills and control-foreign ended on the same kernel in {e['same_final_kernel']} of "
                    f"{e['instances']} instances; {e['not_in_foreign']} of the {e['points']} sweep points skills gated were "
                    f"not also gated by control-foreign ({e['steered']} carry a value a retrieved card names)")
+    pub = summ.get("published")
+    if pub:
+        out.append("")
+        out.append(f"== against the published check ({pub['published']['source']})")
+        for c, o in pub["ours"].items():
+            out.append(f"{c:<8} this run {_x(o['geomean'])} (passed only {_x(o['geomean_success_only'])}), "
+                       f"{o['at_or_above_reference']} of {o['instances']} at or above the reference; published "
+                       f"{_x(pub['published']['geomean'][c])}, {pub['published']['at_or_above_reference'][c]} of "
+                       f"{pub['published']['instances']}")
+        out.append("comparable: yes (all 22 instances)" if pub["comparable"] else f"comparable: no ({pub['why_not_comparable']})")
     strict = summ.get("strict") or {}
     if strict.get("excluded"):
         out.append("")

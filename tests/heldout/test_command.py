@@ -687,6 +687,24 @@ def _search_row(instance, condition, kernel, points, steered=(), status="PASSED"
             "kernel_hash": kernel, "flags": [], "arms": [{"arm": "sweep", "start": "idiom", "steps": steps}]}
 
 
+def test_the_report_sets_idiom_and_skills_beside_the_published_check(recorded):
+    """summary.published: the published 1.07x / 1.12x and 14 / 16 of 22 beside this run's geomeans;
+    comparable only when all 22 instances were counted (the fixture run has 3), and the text says so."""
+    from klineage.heldout.report import against_published
+    pub = recorded["report"]["summary"]["published"]
+    assert pub["published"]["geomean"] == {"idiom": 1.07, "skills": 1.12} and pub["published"]["instances"] == 22
+    overall = recorded["report"]["summary"]["overall"]
+    assert pub["ours"]["skills"]["geomean"] == overall["skills"]["geomean"] and pub["ours"]["skills"]["instances"] == 3
+    assert pub["ratio_to_published"]["skills"] == pytest.approx(overall["skills"]["geomean"] / 1.12)
+    assert not pub["comparable"] and "3 of the 22" in pub["why_not_comparable"]
+    text = (recorded["out"] / "heldout.txt").read_text()
+    assert "== against the published check" in text and "comparable: no" in text
+    agg = {"passed": 21, "failed": 1, "geomean": 1.0, "geomean_success_only": 1.05, "at_or_above_reference": 12}
+    full = against_published({"overall": {"idiom": agg, "skills": {**agg, "geomean": 1.232}}, "families": {}})
+    assert full["comparable"] and full["why_not_comparable"] is None
+    assert full["ratio_to_published"] == pytest.approx({"idiom": 1.0 / 1.07, "skills": 1.1})
+
+
 def test_retrieval_effect_counts_what_the_library_changed_against_control_foreign():
     """skills against control-foreign: the same final kernel is counted, and only the sweep points
     control-foreign did not gate on that instance and start count as the library's own."""
