@@ -631,7 +631,8 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
 @click.option("--model", default=None, help="Model id for the llm condition (default claude-sonnet-4-5).")
 @click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most per instance (llm).")
 @click.option("--dry-run", is_flag=True,
-              help="Print the plan (instances, starts, tunables, references, foreign libraries); evaluate nothing.")
+              help="Print the plan (instances, starts, tunables, references, foreign libraries, the first sweep "
+                   "round of each searching condition); evaluate nothing.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
 @json_option
 @library_errors
@@ -698,6 +699,9 @@ def _format_plan(p: dict) -> str:
     for i in p["instances"]:
         lines.append(f"  {i['family']:<10} {i['instance']:<24} starts {i['starts']} tunables {i['tunables']} "
                      f"reference {i['reference']}" + (f" (fallback: {i['fallback']})" if i["fallback"] else ""))
+        for cond, pts in i.get("first_sweep_round", {}).items():
+            lines.append(f"      first sweep round, {cond} ({', '.join(pts[0]) if pts else 'no points'}): " + "; ".join(
+                ",".join(str(v) for v in p.values()) for p in pts))
     return "\n".join(lines)
 
 

@@ -513,4 +513,26 @@ def plan(instances: list[Instance], cfg: HeldoutConfig, store, llm_reason: str |
             "llm": llm_reason or "runs",
             "instances": [{"instance": i.name, "family": i.family, "starts": {k: v[0] for k, v in i.starts.items()},
                            "tunables": tunables(i.starts["idiom"][1]), "reference": i.workload.vendor_name,
-                           "fallback": i.fallback_name} for i in instances]}
+                           "fallback": i.fallback_name, "first_sweep_round": first_sweep_round(i, cfg, library, sources)}
+                          for i in instances]}
+
+
+def first_sweep_round(inst: Instance, cfg: HeldoutConfig, library: list[dict], sources: dict) -> dict:
+    """The points each searching condition gates first on the idiom kernel, as far as the kernel's
+    static facts decide them: retrieval without the start's measured bottleneck class (the run adds
+    it, which can drop a skill whose precondition names one), then the steered sweep; the random
+    control's draws are exact."""
+    from klineage.apply.materialize import random_points, sweep_points
+    from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
+    idiom = inst.starts["idiom"][1]
+    facts = target_facts(inst.workload, idiom, PLATFORM_H200, None)
+    out = {}
+    for cond in ("skills", "control-foreign"):
+        if cond in cfg.conditions:
+            lib = library if cond == "skills" else foreign_library(library, sources, cfg.foreign.get(inst.family, ()))
+            ids = [c["skill_id"] for c in retrieve(lib, facts, admission=cfg.admission)["candidates"]]
+            ranked = [next(s for s in lib if s["skill_id"] == i) for i in ids]
+            out[cond] = sweep_points(idiom, ranked)[1:]
+    if "control-random" in cfg.conditions:
+        out["control-random"] = random_points(idiom, cfg.budget, random_seed(cfg.seed, inst.name))[1:]
+    return out

@@ -557,6 +557,31 @@ def test_dry_run_shows_the_plan_and_evaluates_nothing(tmp_path, library, monkeyp
     assert r.exit_code == 2 and "no instance 'nope'" in r.output
 
 
+def test_dry_run_lists_the_first_sweep_round_the_run_then_gates(recorded, tmp_path, library, monkeypatch):
+    """The plan's first sweep round per searching condition: skills led by the reduction card's
+    values, control-foreign by the gemm card's, control-random's seeded draws; the same
+    points, in order, that the recorded run's sweep arms gated first."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    db = tmp_path / "dry.duckdb"
+    shutil.copy(library, db)
+    r = CliRunner().invoke(main, ["heldout", str(FIXTURES), "--db", str(db), "--dry-run", "--json", *ARGS[:4]])
+    assert r.exit_code == 0, r.output
+    plan = {i["instance"]: i["first_sweep_round"] for i in json.loads(r.output)["instances"]}
+    assert plan["rms_tiny"]["skills"][0] == {"RMS_BLOCK": 512, "RMS_UNROLL": 1}  # the reduction card's block
+    assert {"RMS_BLOCK": 256, "RMS_UNROLL": 8} in plan["rms_tiny"]["skills"]        # and its unroll
+    assert plan["rms_tiny"]["control-foreign"][0]["RMS_BLOCK"] == 128
+    rows = _rows(recorded["report"])
+    for inst in ("rms_tiny", "mm_tiny"):
+        assert plan[inst]["control-random"] == random_points(_idiom(inst), BUDGET, random_seed(SEED, inst))[1:]
+        for cond in ("skills", "control-foreign", "control-random"):
+            arm = rows[(inst, cond)]["arms"][0]
+            gated = [st["config"] for st in arm["steps"] if st["backend"] == "sweep"]
+            want = plan[inst][cond][:len(gated)]
+            assert gated[:len(want)] == want, (inst, cond)
+    r = CliRunner().invoke(main, ["heldout", str(FIXTURES), "--db", str(db), "--dry-run", "--instances", "rms_tiny"])
+    assert r.exit_code == 0 and "first sweep round, skills (RMS_BLOCK, RMS_UNROLL): 512,1;" in r.output
+
+
 def test_pipeline_file_and_run_command(recorded, tmp_path, library, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     pl = load_pipeline(ROOT / "pipelines" / "heldout.toml")
