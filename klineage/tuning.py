@@ -38,7 +38,7 @@ LAUNCH_BOUNDS = "__launch_bounds__"
 
 def canonical(name: str) -> str:
     """NAME as ROLES reads it: camelCase split at its humps and upper-cased (kBlockM -> K_BLOCK_M)."""
-    if name.isupper() or "_" in name and name.upper() == name:
+    if name.upper() == name:
         return name
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).upper()
 

@@ -88,7 +88,8 @@ def _steered(skills: list[dict], name: str) -> list[int]:
     for s in skills:
         for ex in (s.get("card") or {}).get("carrier", {}).get("example_configuration") or []:
             ex_name = str(ex.get("name", ""))
-            if isinstance(ex.get("value"), int) and _role(ex_name) and matches(name, {"role": _role(ex_name), "axis": _axis(ex_name)}):
+            item = {"role": _role(ex_name), "axis": _axis(ex_name)}
+            if isinstance(ex.get("value"), int) and item["role"] and matches(name, item):
                 vals.append(ex["value"])
             if role == "block":
                 m = re.fullmatch(r"\((\d+)(?:,\s*\d+)?\)", str(ex.get("args", "")))
