@@ -67,22 +67,21 @@ PREBUILD_GRID = 64  # a sweep grid this small is built whole: later sweep rounds
 
 
 def prebuild(instances, cfg, library, sources) -> dict:
-    """Compile in parallel every kernel the conditions will gate first: each start kernel and every
-    sweep point (steered by the library, by the foreign library, unsteered, and the random draws),
-    and, when cfg.sweep_rounds > 1, the idiom kernel's whole sweep grid where it has at most
-    PREBUILD_GRID points (each later round's points are one axis away from a winner)."""
-    from klineage.apply.materialize import point_flags, random_points, sweep_grid, sweep_points
+    """Compile in parallel every kernel the conditions will gate first: each start kernel, the first
+    sweep round of each searching condition (klineage.heldout.run.first_sweep_round, what the dry run
+    prints) and the unsteered one, and, when cfg.sweep_rounds > 1, the idiom kernel's whole sweep
+    grid where it has at most PREBUILD_GRID points (each later round's points are one axis away from
+    a winner)."""
+    from klineage.apply.materialize import point_flags, sweep_grid, sweep_points
     from klineage.gate.compile import compile_kernel
-    from klineage.heldout.run import foreign_library, random_seed
+    from klineage.heldout.run import first_sweep_round
 
     jobs = {}
     for inst in instances:
         for _, src in inst.starts.values():
             jobs[(src, ())] = None
         idiom = inst.starts["idiom"][1]
-        foreign = foreign_library(library, sources, cfg.foreign.get(inst.family, ()))
-        pts = (sweep_points(idiom, library) + sweep_points(idiom, foreign) + sweep_points(idiom, [])
-               + random_points(idiom, cfg.budget, random_seed(cfg.seed, inst.name)))
+        pts = sweep_points(idiom, []) + [p for ps in first_sweep_round(inst, cfg, library, sources).values() for p in ps]
         grid = sweep_grid(idiom) if cfg.sweep_rounds > 1 else []
         pts += grid if len(grid) <= PREBUILD_GRID else []
         for p in pts:
