@@ -199,7 +199,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                 if (bh, "sweep") not in tried and rounds[fam] < max(1, cfg.sweep_rounds):
                     tried.add((bh, "sweep"))
                     rounds[fam] += 1
-                    pts = mats["sweep"].propose_all([_skill(skills, c) for c in retrieval["candidates"]], best.source, wl)
+                    pts = mats["sweep"].propose_all(retrieved_skills(skills, retrieval), best.source, wl)
                     keyed = [(_config_key(c.source, c.config), c) for c in pts]
                     queue += [("sweep", c, None) for k, c in keyed if k not in swept]
                     swept.update(k for k, _ in keyed)
@@ -288,6 +288,11 @@ def _structural(mechanism: str) -> bool:
 
 def _skill(skills: list[dict], entry: dict) -> dict:
     return next(s for s in skills if s["skill_id"] == entry["skill_id"])
+
+
+def retrieved_skills(skills: list[dict], retrieval: dict) -> list[dict]:
+    """The library rows of a retrieval's candidates, in rank order (what steers a sweep)."""
+    return [_skill(skills, c) for c in retrieval["candidates"]]
 
 
 def write_outputs(run: dict, out: Path) -> None:

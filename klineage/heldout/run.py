@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from klineage import settings
-from klineage.apply.loop import ApplyConfig, apply
+from klineage.apply.loop import ApplyConfig, apply, retrieved_skills
 from klineage.apply.materialize import bake, tunables
 from klineage.apply.retrieve import workload_facts
 from klineage.errors import ReplayMissingError
@@ -530,8 +530,7 @@ def first_sweep_round(inst: Instance, cfg: HeldoutConfig, library: list[dict], s
     for cond in ("skills", "control-foreign"):
         if cond in cfg.conditions:
             lib = library if cond == "skills" else foreign_library(library, sources, cfg.foreign.get(inst.family, ()))
-            ids = [c["skill_id"] for c in retrieve(lib, facts, admission=cfg.admission)["candidates"]]
-            ranked = [next(s for s in lib if s["skill_id"] == i) for i in ids]
+            ranked = retrieved_skills(lib, retrieve(lib, facts, admission=cfg.admission))
             out[cond] = sweep_points(idiom, ranked)[1:]
     if "control-random" in cfg.conditions:
         out["control-random"] = random_points(idiom, cfg.budget, random_seed(cfg.seed, inst.name))[1:]

@@ -254,7 +254,8 @@ def format_heldout(report: dict) -> str:
                        f"{o['at_or_above_reference']} of {o['instances']} at or above the reference; published "
                        f"{_x(pub['published']['geomean'][c])}, {pub['published']['at_or_above_reference'][c]} of "
                        f"{pub['published']['instances']}")
-        out.append("comparable: yes (all 22 instances)" if pub["comparable"] else f"comparable: no ({pub['why_not_comparable']})")
+        out.append(f"comparable: yes (all {pub['published']['instances']} instances)" if pub["comparable"]
+                   else f"comparable: no ({pub['why_not_comparable']})")
     strict = summ.get("strict") or {}
     if strict.get("excluded"):
         out.append("")
