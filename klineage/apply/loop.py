@@ -4,8 +4,8 @@
     repeat:  retrieve on the current best (skills already tried on it left out)
              take the next (skill, backend) in rank order; sweep points are steered by every candidate
              gate the candidate; compare its timing trial by trial with the best's (compare_timing)
-             faster beyond the noise in every trial of every case -> re-measure it in a fresh
-             worker (round 2) and compare again; kept only if it is still faster
+             faster beyond the noise in every trial of every case -> re-measure it in another
+             worker process (round 2: Gate.repeat) and compare again; kept only if still faster
     stop:    budget of steps / dollars / wall clock spent, or no candidate left -- with the reason
 
 Every step (skill, backend, flags, prompt hash, cost, gate status, timing, verdict) is stored as it is
@@ -88,10 +88,13 @@ def _faster(new: GateResult, best: GateResult, noise: float) -> tuple[bool, list
 
 
 def _gate_for(gate: Gate, flags: tuple[str, ...], round_: int = 1) -> Gate:
-    if not flags and round_ == 1:
+    """The gate of a candidate: its sweep flags added; round 2 (a re-measure) in the repeat worker of
+    `gate`, a process other than the search's."""
+    if round_ != 1:
+        gate = gate.repeat(round_)
+    if not flags:
         return gate
-    return gate.with_config(replace(gate.config, extra_flags=tuple(gate.config.extra_flags) + tuple(flags),
-                                    round=round_), share_worker=round_ == 1)
+    return gate.with_config(replace(gate.config, extra_flags=tuple(gate.config.extra_flags) + tuple(flags)))
 
 
 def _feedback(res: GateResult) -> str:
@@ -143,7 +146,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
         return out
 
     def keep(step: dict, cand: Candidate) -> bool:
-        """Re-measure a faster candidate in a fresh worker; make it the best if it is still faster
+        """Re-measure a faster candidate in the round-2 worker; make it the best if it is still faster
         (a sweep point is baked into the source and gated as such). Rewrites the step's record."""
         nonlocal best
         again = _gate_for(gate, cand.flags, round_=2).evaluate(cand.source, wl, origin=f"apply {run_id} re-measure",

@@ -1,7 +1,7 @@
 """`klineage heldout`: every held-out instance under every condition, behind the gate, into one report.
 
 Conditions, each built on the apply loop (klineage.apply.loop.apply) so that every candidate is
-gated, compared trial by trial, re-measured in a fresh worker before it is kept, and stored:
+gated, compared trial by trial, re-measured in another worker process before it is kept, and stored:
 
   idiom            the instance's idiom-only kernel at its default configuration (no search);
   skills           retrieval from the library + `sweep` on the idiom kernel (points steered by the
@@ -186,22 +186,20 @@ def select_reference(inst: Instance, gate: Gate, mode: str, replay: bool, origin
 # -- one instance ----------------------------------------------------------------------------------------
 
 class _FinalGates:
-    """One gate per final round, each with a worker process of its own shared by every kernel of that round."""
+    """The gates of the final rounds: `gate.repeat(round)`, a worker process of its own for each round,
+    shared by every kernel of that round."""
 
     def __init__(self, gate: Gate, rounds: int):
-        self.gates = [gate.with_config(replace(gate.config, round=FIRST_FINAL_ROUND + k), share_worker=False)
-                      for k in range(rounds)]
-        self.extra: list[Gate] = []
+        self.gates = [gate.repeat(FIRST_FINAL_ROUND + k) for k in range(rounds)]
 
     def evaluate(self, k: int, source: str, wl, flags: tuple[str, ...], origin: str, replay: bool) -> GateResult:
         g = self.gates[k]
         if flags:
             g = g.with_config(replace(g.config, extra_flags=tuple(g.config.extra_flags) + tuple(flags)))
-            self.extra.append(g)
         return g.evaluate(source, wl, origin=origin, replay=replay)
 
     def close(self) -> None:
-        for g in self.gates + self.extra:
+        for g in self.gates:
             g.close()
 
 

@@ -72,14 +72,17 @@ def _fixed_corpus(experts, monkeypatch):
 
 
 def _run(tmp_path: Path, library: Path, monkeypatch, *extra, name="run", broken_vendor=(), wrong=None,
-         before=None) -> tuple[Path, Path, dict, object]:
-    """One recorded (scripted) run through the CLI: (db, out, report, result)."""
+         before=None, gpu: dict | None = None) -> tuple[Path, Path, dict, object]:
+    """One recorded (scripted) run through the CLI: (db, out, report, result); `gpu` gets the scripted
+    GPU's state (the workers the run started)."""
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     db, out = tmp_path / f"{name}.duckdb", tmp_path / f"{name}_out"
     shutil.copy(library, db)
     if before:
         before(db)
-    script_gpu(monkeypatch, broken_vendor=broken_vendor, wrong=wrong)
+    state = script_gpu(monkeypatch, broken_vendor=broken_vendor, wrong=wrong)
+    if gpu is not None:
+        gpu.update(state)
     r = CliRunner().invoke(main, ["heldout", str(FIXTURES), "--db", str(db), "--out", str(out), *ARGS, *extra])
     assert r.exit_code == 0, r.output
     return db, out, json.loads((out / "heldout.json").read_text()), r
@@ -92,7 +95,8 @@ def recorded(tmp_path_factory, library, experts):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KLINEAGE_HOME", str(tmp_path_factory.getbasetemp() / "klineage-home"))
         mp.setenv("KLINEAGE_EXPERTS", str(experts))
-        db, out, report, res = _run(tmp, library, mp)
+        gpu: dict = {}
+        db, out, report, res = _run(tmp, library, mp, gpu=gpu)
     store = open_store(db)
     try:
         hashes = [load_workload(d).content_hash for d in sorted(FIXTURES.iterdir()) if (d / "workload.py").is_file()]
@@ -101,7 +105,8 @@ def recorded(tmp_path_factory, library, experts):
         assert n > 20
     finally:
         store.close()
-    return {"db": db, "out": out, "report": report, "records": rec.parent, "output": res.output}
+    return {"db": db, "out": out, "report": report, "records": rec.parent, "output": res.output,
+            "workers": len(gpu["workers"])}
 
 
 def _rows(report: dict) -> dict[tuple[str, str], dict]:
@@ -133,6 +138,16 @@ def test_every_condition_keeps_to_its_budget(recorded):
     assert [(a["arm"], a["start"]) for a in arms] == [("sweep", "idiom"), ("rules", "naive")]
     assert arms[1]["budget"] == BUDGET - arms[0]["evaluated"]
     assert [a["arm"] for a in rows[("mm_tiny", "skills")]["arms"]] == ["sweep"]
+
+
+def test_repeats_run_in_one_worker_per_round_not_one_per_repeat(recorded):
+    """The search's worker, one for the apply loop's round-2 re-measures and one per final round: the
+    whole run starts no other process, however many candidates were re-measured."""
+    rows = _rows(recorded["report"]).values()
+    re_measures = sum(a["gate_evaluations"]["re_measures"] for r in rows for a in r.get("arms", [])
+                      if "gate_evaluations" in a)
+    assert re_measures >= 3
+    assert recorded["workers"] == 1 + 1 + recorded["report"]["config"]["final_rounds"]
 
 
 def _idiom(inst: str) -> str:

@@ -1,6 +1,7 @@
 """The backward walk and the lift, driven by a scripted gate (a test double that returns gate
 results chosen by the test; no figure here is a measurement)."""
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,9 @@ class ScriptedGate:
         g = copy.copy(self)
         g.config = config
         return g
+
+    def repeat(self, round_):
+        return self.with_config(dataclasses.replace(self.config, round=round_), share_worker=False)
 
     def close(self):
         pass
