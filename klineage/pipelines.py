@@ -98,7 +98,7 @@ _HELDOUT_KEYS = {"root": str, "conditions": list, "budget": int, "seed": int, "f
 def _check_gate(path: Path, gate: dict) -> None:
     from klineage.lineage.mine import _GATE_KEYS
     if not isinstance(gate, dict):
-        raise PipelineError(f"{path}: [gate] must be a table of warmup, reps, trials")
+        raise PipelineError(f"{path}: [gate] must be a table of warmup, reps, trials, backlog_us")
     for k, v in gate.items():
         if k not in _GATE_KEYS:
             raise PipelineError(f"{path}: unknown key gate.{k} (allowed: {', '.join(_GATE_KEYS)})")

@@ -18,7 +18,10 @@ Evaluation of one candidate:
     persisting L2 lines reset, CUDA events around the call only, warm-up then several trials,
     candidate and vendor reference alternating call by call in the same process, the statistic the
     median of per-trial medians; outputs of randomly chosen timed calls are re-checked; a time under
-    the physical floor (bytes / measured copy bandwidth, FLOPs / measured peak) is rejected.
+    the physical floor (bytes / measured copy bandwidth, FLOPs / measured peak) is rejected. With
+    timing "backlog_us" > 0 a GPU spin is queued before each timed call, sized from each side's
+    measured host-side dispatch, so a reference's Python dispatch cannot open idle time inside its
+    window; every call's host-side time is recorded either way (host_dispatch_us).
 """
 from __future__ import annotations
 
@@ -54,6 +57,29 @@ CUDA_ERRORS = {
 }
 CUDA_LIMIT_PERSISTING_L2 = 0x06
 MIN_TIMED_REPS = 5  # a workload's TIMING_BUDGET_S never cuts a trial below this many timed calls
+SPIN_CYCLES_PER_US = 2000  # torch.cuda._sleep counts SM cycles: at least 1 us each up to 2 GHz (H200: 1980 MHz)
+BACKLOG_CALIBRATION_CALLS = 6  # untimed calls per side whose host-side dispatch sizes the backlog (first dropped)
+BACKLOG_MAX_US = 20_000.0
+
+
+def backlog_for(floor_us: float, dispatch_us: list[float]) -> float:
+    """The spin (us) queued before each timed call of one side: twice the slowest host-side dispatch
+    seen in calibration plus 20 us, at least `floor_us`, at most BACKLOG_MAX_US. The first calibration
+    call is left out (a first call may compile or autotune)."""
+    seen = dispatch_us[1:] or dispatch_us
+    return min(BACKLOG_MAX_US, max(floor_us, 2.0 * max(seen, default=0.0) + 20.0))
+
+
+def host_summary(host_us: list[float], spin_us: float | None) -> dict:
+    """Host-side dispatch of the timed calls of one side: median, p90, max, and with a backlog how many
+    calls took longer than the spin queued before them (their window may hold idle GPU time)."""
+    v = sorted(host_us)
+    if not v:
+        return {}
+    out = {"median_us": statistics.median(v), "p90_us": v[min(len(v) - 1, (9 * len(v)) // 10)], "max_us": v[-1]}
+    if spin_us is not None:
+        out["over_backlog"] = sum(1 for x in v if x > spin_us)
+    return out
 
 
 def fit_to_budget(budget_s: float, call_s: float, warmup: int, reps: int) -> tuple[int, int, dict | None]:
@@ -261,13 +287,22 @@ def refresh_inputs(workload, shape, buf: dict, seed: int) -> None:
         buf[k].copy_(v)
 
 
-def timed_call(dev: Device, call, stream) -> tuple[int, float]:
+def timed_call(dev: Device, call, stream, spin_us: float = 0.0, host: list | None = None) -> tuple[int, float]:
     """The gate's timed window: flush L2, then CUDA events around one call on `stream`.
-    Returns the call's return code and its latency in microseconds."""
+    Returns the call's return code and its latency in microseconds.
+
+    `spin_us` > 0 queues a spin that long after the flush: the start event fires when it ends, so a
+    host-side dispatch shorter than it (a Triton op's Python wrapper, say) runs while the GPU is busy
+    and stays out of the window. `host` gets the call's host-side time in us."""
     dev.flush_l2()
+    if spin_us > 0:
+        torch.cuda._sleep(int(spin_us * SPIN_CYCLES_PER_US))
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record(stream)
+    t0 = time.perf_counter()
     rc = call()
+    if host is not None:
+        host.append((time.perf_counter() - t0) * 1e6)
     e.record(stream)
     _check_rc(rc, "timed call")
     e.synchronize()
@@ -438,11 +473,31 @@ class Evaluator:
             workload.vendor(buf, shape)
             return 0
 
-        def timed(which: str, buf: dict) -> float:
+        def the_call(which: str, buf: dict):
+            if which == "candidate":
+                return lambda: cand.call({**buf, **outs}, scal, stream)
+            return lambda: vendor(buf)
+
+        # With a backlog (timing "backlog_us" > 0), each side's host-side dispatch is measured first,
+        # in untimed calls after a sync, and sizes the spin queued before each of its timed calls.
+        floor_us = float(cfg.get("backlog_us", 0) or 0)
+        spin = {"candidate": 0.0, "vendor": 0.0}
+        host: dict[str, list[float]] = {"candidate": [], "vendor": []}
+        if floor_us > 0:
+            for which in spin:
+                seen: list[float] = []
+                for i in range(BACKLOG_CALIBRATION_CALLS):
+                    _sync("before a dispatch calibration call")
+                    t0 = time.perf_counter()
+                    _check_rc(the_call(which, sets[i % nsets])(), "dispatch calibration call")
+                    seen.append((time.perf_counter() - t0) * 1e6)
+                spin[which] = backlog_for(floor_us, seen)
+            _sync("after dispatch calibration")
+
+        def timed(which: str, buf: dict, keep: bool = False) -> float:
             seed_counter[0] += 1
             refresh_inputs(workload, shape, buf, seed_counter[0])
-            call = (lambda: cand.call({**buf, **outs}, scal, stream)) if which == "candidate" else (lambda: vendor(buf))
-            return timed_call(self.dev, call, stream)[1]
+            return timed_call(self.dev, the_call(which, buf), stream, spin[which], host[which] if keep else None)[1]
 
         budget = workload.timing_budget_s
         fitted = None
@@ -457,7 +512,7 @@ class Evaluator:
                 buf = sets[i % nsets]
                 order = ("candidate", "vendor") if (i + trial) % 2 == 0 else ("vendor", "candidate")
                 for which in order:
-                    us = timed(which, buf)
+                    us = timed(which, buf, keep=i >= warmup)
                     if i >= warmup:
                         (t_c if which == "candidate" else t_v).append(us)
                         if which == "candidate" and (i - warmup) in check_at:
@@ -510,6 +565,9 @@ class Evaluator:
             "flops_fraction": (flops / (cand_us * 1e-6) / peak) if peak else None,
             "floor_us": floor_s * 1e6,
             "rechecks": rechecks,
+            # host-side time of each timed call; with a backlog, the spin queued before each call
+            "host_dispatch_us": {k: host_summary(v, spin[k] if floor_us > 0 else None) for k, v in host.items()},
+            **({"backlog_us": dict(spin)} if floor_us > 0 else {}),
         }
 
     # -- one request -------------------------------------------------------------------------

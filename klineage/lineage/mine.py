@@ -79,7 +79,9 @@ def targets_for(paths: list[Path], proposer: str) -> list[Target]:
 
 
 _TOP_KEYS = {"kind", "name", "description", "limits", "target", "analysis", "gate"}
-_GATE_KEYS = {"warmup": (0, 100), "reps": (5, 500), "trials": (2, 10)}
+# backlog_us: a GPU spin queued before every timed call, at least this long and at least twice the
+# call's host-side dispatch (klineage.gate.worker.timing); 0, the default, queues none.
+_GATE_KEYS = {"warmup": (0, 100), "reps": (5, 500), "trials": (2, 10), "backlog_us": (0, 20000)}
 _LIMIT_KEYS = {"max_steps", "max_rejections", "min_rederive_ratio"}
 _TARGET_KEYS = {"paths", "proposer"}
 
