@@ -17,6 +17,9 @@ The run can be split over device calls: a call cut by --time-limit (or SIGTERM f
 what it measured and exits 3; the next call with --seed-recorded pointing at the exported files (copied
 into the repository, e.g. benchmarks/results/heldout_h200/) reuses every recorded evaluation and goes on.
 <tag> defaults to the family / instance filter ("all" without one).
+An evaluation that answers harness_error (a bug in the gate worker, not a result of the kernel) stops
+the run at once; such records are left out of the export and the database is removed, so no later
+call reuses the fault as a kernel's result.
 """
 from __future__ import annotations
 
@@ -39,6 +42,26 @@ sys.path.insert(0, str(ROOT))
 
 class TimeLimit(BaseException):
     """The time limit or SIGTERM: a BaseException, so no `except Exception` inside the run records it as a step."""
+
+
+class HarnessFault(BaseException):
+    """A gate evaluation answered harness_error: a bug in the gate worker, not a result of the kernel.
+    The run stops at the first (every later evaluation would meet it too, and spend the device's time)."""
+
+
+def harness_fault(text: str | None) -> bool:
+    return "harness_error" in (text or "")
+
+
+def drop_harness_errors(path: Path) -> int:
+    """Rewrite an exported record file without harness_error evaluations (a later call must measure
+    those kernels again, not reuse the gate's own fault as their result); returns how many went."""
+    import gzip
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines(keepends=True)
+    keep = [ln for ln in lines if (json.loads(ln).get("result") or {}).get("error_kind") != "harness_error"]
+    if len(keep) != len(lines):
+        path.write_bytes(gzip.compress("".join(keep).encode(), mtime=0))
+    return len(lines) - len(keep)
 
 
 def environment() -> dict:
@@ -159,11 +182,15 @@ def main() -> int:
     llm, reason = llm_status(False, hp.config.model, hp.config.budget_usd)
 
     def progress(event, **kw):
+        if event == "step" and harness_fault(kw["step"].get("error")):
+            raise HarnessFault(f"{kw['instance']} {kw['condition']}: {kw['step']['error'][:1500]}")
         if event == "row":
             r = kw["row"]
             sp = f"{r['speedup']:.3f}x {r.get('ci95')}" if r.get("speedup") else ""
             print(f"{time.perf_counter() - t0:7.1f}s {r['instance']} {r['condition']}: {r['status']} {sp} "
                   f"{(r.get('reason') or '')[:160]}", flush=True)
+            if harness_fault(r.get("reason")):
+                raise HarnessFault(f"{r['instance']} {r['condition']}: {r['reason'][:1500]}")
 
     cut, report, failure = False, None, None
     try:
@@ -172,6 +199,9 @@ def main() -> int:
     except TimeLimit:
         cut = True
         print("time limit: stopping and exporting what was measured", flush=True)
+    except HarnessFault as exc:
+        failure = f"harness fault: {exc}"
+        print("stopped at a harness fault (a gate bug, not a kernel result):", exc, flush=True)
     except Exception as exc:  # a bug or a lost device: keep what was measured, then fail
         failure = f"{type(exc).__name__}: {exc}"
         print("failed:", failure, flush=True)
@@ -183,10 +213,15 @@ def main() -> int:
         except Exception:  # noqa: BLE001 - closing a worker must not lose the export
             pass
         n = store.export_evaluations(ns.out / f"heldout_h200_{tag}.jsonl.gz", workload_hashes=hashes)
+        dropped = drop_harness_errors(ns.out / f"heldout_h200_{tag}.jsonl.gz")
+        n -= dropped
         store.close()
+        if failure and failure.startswith("harness fault"):
+            db.unlink()  # it holds the fault's records as results: the next call starts from the library again
     record = {"benchmark": "heldout_h200", "args": {k: str(v) for k, v in vars(ns).items()}, "tag": tag,
               "config": hp.config.to_dict(), "instances": [i.name for i in instances], "environment": env,
               "seeded_from_recorded": seeded, "prebuild": pre, "exported_evaluations": n,
+              "harness_errors_not_exported": dropped,
               "cut_by_time_limit": cut, "failure": failure, "wall_s": round(time.perf_counter() - t0, 1),
               "run_id": report["run_id"] if report else None,
               "verdict": report["summary"]["verdict"] if report else None}

@@ -60,3 +60,41 @@ def test_prebuild_covers_every_first_round_and_with_rounds_the_grid(monkeypatch,
             grid = {(idiom, point_flags(p)) for p in sweep_grid(idiom)[1:]}
             assert len(grid) == 26
             assert (grid <= jobs) == (rounds > 1), (inst.name, rounds)
+
+
+def test_a_harness_fault_stops_the_run_and_is_not_exported(tmp_path, monkeypatch):
+    """A gate worker that answers harness_error (its own bug) stops the run at the first row; the
+    export leaves those records out and the run's database goes, so no later call reuses the fault as
+    the kernel's result."""
+    import gzip
+    import json
+
+    import klineage.gate.pool as pool
+
+    class FaultyWorker:
+        env_info = {"gpu": "scripted worker (test double)", "capability": "9.0"}
+
+        def __init__(self, *a, **kw):
+            pass
+
+        def evaluate(self, request, stall_s=60.0, total_s=900.0):
+            return {"status": "RUNTIME_ERROR", "error_kind": "harness_error", "fatal": True, "env": self.env_info,
+                    "error_message": "Traceback ...\nNameError: name 'spin' is not defined"}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(pool, "GateWorker", FaultyWorker)
+    monkeypatch.setattr(pool, "gpu_available", lambda: True)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    db, out = tmp_path / "run.duckdb", tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["heldout_h200.py", "--out", str(out), "--db", str(db),
+                                      "--instances", "rmsnorm_16384x4096", "--conditions", "idiom,control-random"])
+    assert heldout_h200.main() == 1
+    rec = json.loads((out / "heldout_h200_rmsnorm_16384x4096.json").read_text())
+    assert rec["failure"].startswith("harness fault: rmsnorm_16384x4096 idiom") and "NameError" in rec["failure"]
+    assert rec["harness_errors_not_exported"] >= 1 and rec["run_id"] is None
+    with gzip.open(out / "heldout_h200_rmsnorm_16384x4096.jsonl.gz", "rt") as f:
+        kinds = [(json.loads(line)["result"] or {}).get("error_kind") for line in f]
+    assert len(kinds) == rec["exported_evaluations"] and "harness_error" not in kinds
+    assert not db.exists()
