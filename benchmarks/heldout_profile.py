@@ -3,7 +3,8 @@
 
     python benchmarks/heldout_profile.py --report DIR --out OUT [--instances A,B] [--conditions skills]
                                          [--below 1.0] [--calls 50]
-    ncu --clock-control none --csv --metrics "$(python benchmarks/heldout_profile.py --ncu-metrics)" \
+    ncu --clock-control none --profile-from-start off --csv \
+        --metrics "$(python benchmarks/heldout_profile.py --ncu-metrics)" \
         python benchmarks/heldout_profile.py --report DIR --ncu-pass [same selection] > OUT/ncu.csv
     python benchmarks/heldout_profile.py --merge-ncu OUT/ncu.csv OUT/heldout_profile.json
 
@@ -16,7 +17,9 @@ the gate's window (L2 flushed, CUDA events around one call, interleaved call by 
 busy while the host launches) and as CUPTI
 kernel records through torch.profiler (kernels per call, kernel time per call, kernel names), with
 achieved TFLOP/s or TB/s from the workload's own formulas. `--ncu-pass` runs each a few times, untimed,
-for ncu to read throughputs, tensor-pipe activity, occupancy, registers and shared memory per kernel.
+for ncu to read throughputs, tensor-pipe activity, occupancy, registers and shared memory per kernel:
+only those calls, between cudaProfilerStart and cudaProfilerStop, so with --profile-from-start off ncu
+replays none of the set-up (input generation, the reference's compilation and autotuning, warm-up).
 Writes OUT/heldout_profile.json. Needs the same site as the held-out run (flag-gems and its wheels).
 """
 from __future__ import annotations
@@ -100,10 +103,14 @@ def profile_pair(dev, report: dict, rdir: Path, root: Path, name: str, cond: str
         f()
     torch.cuda.synchronize()
     if ncu_pass:
-        for _ in range(3):
-            for f in fns.values():
-                f()
-        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        try:
+            for _ in range(3):
+                for f in fns.values():
+                    f()
+            torch.cuda.synchronize()
+        finally:
+            torch.cuda.profiler.stop()
         return {}
     window = _window(dev, fns, calls, backlog_us=BACKLOG_US)
     flops, moved = wl.flops(shape), wl.bytes_moved(shape)
