@@ -3,7 +3,8 @@ listed as not run without a key), its evaluations exported for a CPU replay, and
 
     python benchmarks/heldout_h200.py --out DIR [--config pipelines/heldout.toml] [--db PATH]
         [--families gemm,attention,reduction] [--instances NAME,...] [--budget N] [--conditions ...]
-        [--vendor auto|primary|fallback] [--seed-recorded PATH ...] [--time-limit S] [--prebuild] [--tag NAME]
+        [--vendor auto|primary|fallback] [--seed-recorded PATH ...] [--time-limit S] [--prebuild [--prebuild-wait]]
+        [--tag NAME]
 
 Writes under DIR:
   environment.json              GPU and driver (nvidia-smi), nvcc, python, torch, triton, flag_gems, duckdb
@@ -89,14 +90,13 @@ def environment() -> dict:
 PREBUILD_GRID = 64  # a sweep grid this small is built whole: later sweep rounds move inside it
 
 
-def prebuild(instances, cfg, library, sources) -> dict:
-    """Compile in parallel every kernel the conditions will gate first: each start kernel, the first
-    sweep round of each searching condition (klineage.heldout.run.first_sweep_round, what the dry run
-    prints) and the unsteered one, and, when cfg.sweep_rounds > 1, the idiom kernel's whole sweep
-    grid where it has at most PREBUILD_GRID points (each later round's points are one axis away from
-    a winner)."""
+def prebuild_jobs(instances, cfg, library, sources) -> list[tuple[str, tuple[str, ...]]]:
+    """(source, flags) of every kernel the conditions will gate first, instance by instance in the
+    run's order: each start kernel, the first sweep round of each searching condition
+    (klineage.heldout.run.first_sweep_round, what the dry run prints) and the unsteered one, and, when
+    cfg.sweep_rounds > 1, the idiom kernel's whole sweep grid where it has at most PREBUILD_GRID points
+    (each later round's points are one axis away from a winner)."""
     from klineage.apply.materialize import point_flags, sweep_grid, sweep_points
-    from klineage.gate.compile import compile_kernel
     from klineage.heldout.run import first_sweep_round
 
     jobs = {}
@@ -109,11 +109,39 @@ def prebuild(instances, cfg, library, sources) -> dict:
         pts += grid if len(grid) <= PREBUILD_GRID else []
         for p in pts:
             jobs[(idiom, point_flags(p))] = None
+    return list(jobs)
+
+
+def prebuild(instances, cfg, library, sources) -> dict:
+    """Compile prebuild_jobs in parallel and wait for them all."""
+    from klineage.gate.compile import compile_kernel
+    jobs = prebuild_jobs(instances, cfg, library, sources)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         res = list(pool.map(lambda j: compile_kernel(j[0], extra_flags=j[1]), jobs))
     return {"kernels": len(res), "ok": sum(r.ok for r in res), "cached": sum(r.cached for r in res),
             "wall_s": round(time.perf_counter() - t0, 1), "jobs": os.cpu_count()}
+
+
+class BackgroundBuild:
+    """prebuild_jobs compiled by a pool beside the run, in the run's order, leaving two cores to the
+    run and its gate worker: the first instance starts at once, and the run's own request for a
+    kernel still building compiles it too (compile_kernel publishes atomically; the loser's copy
+    goes). stop() drops what has not started."""
+
+    def __init__(self, jobs):
+        from klineage.gate.compile import compile_kernel
+        self.workers = max(1, (os.cpu_count() or 1) - 2)
+        self.pool = ThreadPoolExecutor(max_workers=self.workers)
+        self.futures = [self.pool.submit(compile_kernel, src, extra_flags=flags) for src, flags in jobs]
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> dict:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        done = [f.result() for f in self.futures if f.done() and not f.cancelled() and f.exception() is None]
+        return {"kernels": len(self.futures), "built_or_cached": len(done), "ok": sum(r.ok for r in done),
+                "cached": sum(r.cached for r in done), "jobs": self.workers, "background": True,
+                "wall_s_at_stop": round(time.perf_counter() - self.t0, 1)}
 
 
 def main() -> int:
@@ -131,7 +159,9 @@ def main() -> int:
     ap.add_argument("--seed-recorded", nargs="*", type=Path, default=[],
                     help="record files or folders of earlier calls to import first")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds; then export and exit 3")
-    ap.add_argument("--prebuild", action="store_true")
+    ap.add_argument("--prebuild", action="store_true", help="compile every kernel the run will gate first, in the "
+                    "background beside the run (with --prebuild-wait: all of them before it starts)")
+    ap.add_argument("--prebuild-wait", action="store_true")
     ap.add_argument("--tag", default=None)
     ns = ap.parse_args()
     import dataclasses
@@ -167,10 +197,15 @@ def main() -> int:
     hashes = sorted({i.workload.content_hash for i in instances}
                     | {fallback_hash(i.workload.content_hash) for i in instances if i.has_fallback})
     pre = None
+    background = None
     if ns.prebuild:
         lib = store.skills()
-        pre = prebuild(instances, hp.config, lib, skill_sources(store, lib))
-        print("prebuild:", pre, flush=True)
+        if ns.prebuild_wait:
+            pre = prebuild(instances, hp.config, lib, skill_sources(store, lib))
+            print("prebuild:", pre, flush=True)
+        else:
+            background = BackgroundBuild(prebuild_jobs(instances, hp.config, lib, skill_sources(store, lib)))
+            print(f"prebuild: {len(background.futures)} kernels in the background", flush=True)
 
     def stop(*_):
         raise TimeLimit
@@ -208,6 +243,9 @@ def main() -> int:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if background is not None:
+            pre = background.stop()
+            print("prebuild:", pre, flush=True)
         try:
             gate.close()
         except Exception:  # noqa: BLE001 - closing a worker must not lose the export

@@ -98,3 +98,31 @@ def test_a_harness_fault_stops_the_run_and_is_not_exported(tmp_path, monkeypatch
         kinds = [(json.loads(line)["result"] or {}).get("error_kind") for line in f]
     assert len(kinds) == rec["exported_evaluations"] and "harness_error" not in kinds
     assert not db.exists()
+
+
+def test_background_build_compiles_in_the_runs_order_and_stop_drops_the_rest(monkeypatch):
+    import threading
+    import time
+
+    import klineage.gate.compile as compile_mod
+
+    started, release = [], threading.Event()
+
+    class Done:
+        ok, cached = True, False
+
+    def slow(source, arch="sm_90a", extra_flags=(), *a, **kw):
+        started.append(source)
+        release.wait(5)
+        return Done()
+    monkeypatch.setattr(compile_mod, "compile_kernel", slow)
+    monkeypatch.setattr(heldout_h200.os, "cpu_count", lambda: 4)  # two compile at once, two cores left
+    jobs = [(f"k{i}", ()) for i in range(10)]
+    bg = heldout_h200.BackgroundBuild(jobs)
+    deadline = time.monotonic() + 5
+    while len(started) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    out = bg.stop()  # two are compiling; the other eight have not started
+    release.set()
+    bg.pool.shutdown(wait=True)
+    assert started == ["k0", "k1"] and out["jobs"] == 2 and out["kernels"] == 10 and out["built_or_cached"] == 0
