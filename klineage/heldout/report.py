@@ -15,7 +15,9 @@ Schema (klineage.heldout/1), top level:
            retrieval {family: {instances, same_final_kernel, points, not_in_foreign, steered}}: what the
            library changed in the search, skills against control-foreign (retrieval_effect),
            published {published, ours, families, ratio_to_published, comparable, why_not_comparable}:
-           idiom and skills beside the published check's figures (against_published)},
+           idiom and skills beside the published check's figures (against_published),
+           window_check {shapes, threshold, suspect [...]}: final measurements whose host-side dispatch
+           outlasted the spin queued before the window (window_check; only with host times recorded)},
   audit {library_overlap {clean, queries [{check, sql, params, rows}], cases {...}},
          similarity {method, experts, kernels, per_kernel [...], top_pairs [...]},
          skills_used [{instance, condition, skills [{skill, skill_id, uses, kept, mined_from}]}]},
@@ -95,7 +97,34 @@ def summarize(rows: list[dict], cfg, shared: set[str] = frozenset()) -> dict:
                      "verdict": _verdict(strict["comparisons"], list(strict["families"]), list(cfg.conditions))}
     out["retrieval"] = retrieval_effect(rows)
     out["published"] = against_published(out)
+    window = window_check(rows)
+    if window is not None:
+        out["window_check"] = window
     return out
+
+
+WINDOW_SUSPECT = 0.05  # a shape whose reference (or kernel) outlasted its spin on more than 5% of timed calls
+
+
+def window_check(rows: list[dict]) -> dict | None:
+    """Whether any host-side dispatch could have put idle GPU time in a timed window: the final
+    measurements' shapes where a side took longer to dispatch than the spin queued before it on more
+    than WINDOW_SUSPECT of the timed calls. None when no row's records hold host times."""
+    shapes, suspect = 0, []
+    for r in rows:
+        for p in r.get("per_shape") or []:
+            h = p.get("host_dispatch")
+            if not h or "over_backlog" not in h:
+                continue
+            shapes += 1
+            for side, n in h["over_backlog"].items():
+                if n > WINDOW_SUSPECT * h["timed_calls"]:
+                    suspect.append({"instance": r["instance"], "condition": r["condition"], "shape": p["shape"],
+                                    "side": side, "over_backlog": n, "timed_calls": h["timed_calls"],
+                                    "host_median_us": h["median_us"][side], "backlog_us": h["backlog_us"][side]})
+    if not shapes:
+        return None
+    return {"shapes": shapes, "threshold": WINDOW_SUSPECT, "suspect": suspect}
 
 
 def against_published(summary: dict) -> dict:

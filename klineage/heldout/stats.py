@@ -49,10 +49,32 @@ def shape_speedup(timings: list[dict]) -> dict:
         ref += list(v)
     m, var, n = log_mean_var(ratios)
     half = t975(n - 1) * math.sqrt(var) if n > 1 else math.inf
-    return {"speedup": math.exp(m), "ci95": [math.exp(m - half), math.exp(m + half) if half != math.inf else None],
-            "n": n, "log_mean": m, "log_var": var, "trial_ratios": ratios,
-            "latency_us": _median(cand), "reference_us": _median(ref),
-            "gate_speedups": [tm.get("speedup_vs_vendor") for tm in timings]}
+    out = {"speedup": math.exp(m), "ci95": [math.exp(m - half), math.exp(m + half) if half != math.inf else None],
+           "n": n, "log_mean": m, "log_var": var, "trial_ratios": ratios,
+           "latency_us": _median(cand), "reference_us": _median(ref),
+           "gate_speedups": [tm.get("speedup_vs_vendor") for tm in timings]}
+    host = host_dispatch(timings)
+    if host:
+        out["host_dispatch"] = host
+    return out
+
+
+def host_dispatch(timings: list[dict]) -> dict | None:
+    """What the timed calls spent on the host (the gate's host_dispatch_us, recorded since gate
+    timing could queue a backlog): median of the medians per side, the calls whose dispatch outlasted
+    the spin before them, of how many, and the spins. None for records without it."""
+    with_host = [tm for tm in timings if tm.get("host_dispatch_us")]
+    if not with_host:
+        return None
+    sides = {"kernel": "candidate", "reference": "vendor"}
+    out = {"median_us": {k: _median([tm["host_dispatch_us"][s]["median_us"] for tm in with_host]) for k, s in sides.items()},
+           "timed_calls": sum(tm["reps"] * tm["trials"] for tm in with_host)}
+    spun = [tm for tm in with_host if tm.get("backlog_us")]
+    if spun:
+        out["backlog_us"] = {k: max(tm["backlog_us"][s] for tm in spun) for k, s in sides.items()}
+        out["over_backlog"] = {k: sum(tm["host_dispatch_us"][s].get("over_backlog", 0) for tm in spun)
+                               for k, s in sides.items()}
+    return out
 
 
 def combine_shapes(shapes: list[dict]) -> dict:

@@ -256,6 +256,15 @@ def format_heldout(report: dict) -> str:
                        f"{pub['published']['instances']}")
         out.append(f"comparable: yes (all {pub['published']['instances']} instances)" if pub["comparable"]
                    else f"comparable: no ({pub['why_not_comparable']})")
+    win = summ.get("window_check")
+    if win:
+        out.append("")
+        out.append(f"== timed windows: {win['shapes']} final measurements with host-side times; "
+                   f"{len(win['suspect'])} where a side's dispatch outlasted the spin before its window on more "
+                   f"than {win['threshold']:.0%} of the timed calls")
+        for s in win["suspect"]:
+            out.append(f"  {s['instance']}/{s['condition']} {s['side']}: {s['over_backlog']} of {s['timed_calls']} calls "
+                       f"(host {s['host_median_us']:.0f} us median, spin {s['backlog_us']:.0f} us)")
     strict = summ.get("strict") or {}
     if strict.get("excluded"):
         out.append("")

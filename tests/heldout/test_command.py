@@ -350,6 +350,36 @@ def _row(inst, cond, status, speedup=None, var=0.0, keys=None):
             "ci95": [speedup * 0.99, speedup * 1.01] if speedup else None, "final_eval_keys": keys or [inst + cond]}
 
 
+def test_host_dispatch_is_summed_per_shape_and_a_window_it_outlasted_is_listed(recorded):
+    """The gate records each timed call's host-side time and, with a backlog, the spin before it; the
+    report lists a final measurement whose reference outlasted its spin on more than 5% of the calls."""
+    from klineage.heldout.report import window_check
+    from klineage.report.text import format_heldout
+
+    def tm(ref_over, ref_med):
+        return {"trial_medians_us": [10.0, 10.0, 10.0], "vendor_trial_medians_us": [12.0, 12.0, 12.0], "reps": 50,
+                "trials": 3, "backlog_us": {"candidate": 50.0, "vendor": 520.0},
+                "host_dispatch_us": {"candidate": {"median_us": 9.0, "p90_us": 11.0, "max_us": 30.0, "over_backlog": 0},
+                                     "vendor": {"median_us": ref_med, "p90_us": 260.0, "max_us": 900.0,
+                                                "over_backlog": ref_over}}}
+    got = stats.shape_speedup([tm(2, 240.0), tm(9, 250.0)])["host_dispatch"]
+    assert got == {"median_us": {"kernel": 9.0, "reference": 245.0}, "timed_calls": 300,
+                   "backlog_us": {"kernel": 50.0, "reference": 520.0}, "over_backlog": {"kernel": 0, "reference": 11}}
+    assert "host_dispatch" not in stats.shape_speedup([{"trial_medians_us": [5.0], "vendor_trial_medians_us": [9.0]}])
+    row = lambda inst, over: {"instance": inst, "condition": "skills", "per_shape": [  # noqa: E731
+        {"shape": {"seq": 1024}, **{k: v for k, v in stats.shape_speedup([tm(over, 240.0), tm(0, 240.0)]).items()
+                                    if k in ("speedup", "host_dispatch")}}]}
+    win = window_check([row("attn_a", 16), row("attn_b", 15), {"instance": "old", "condition": "idiom", "per_shape": [{}]}])
+    assert win["shapes"] == 2 and [(w["instance"], w["side"], w["over_backlog"]) for w in win["suspect"]] == \
+        [("attn_a", "reference", 16)]  # 16 of 300 calls is over 5%; 15 is not
+    assert window_check([{"instance": "old", "condition": "idiom", "per_shape": [{"speedup": 1.0}]}]) is None
+    assert "window_check" not in recorded["report"]["summary"]  # the scripted worker records no host times
+    rep = json.loads(json.dumps(recorded["report"]))
+    rep["summary"]["window_check"] = win
+    text = format_heldout(rep)
+    assert "attn_a/skills reference: 16 of 300 calls (host 240 us median, spin 520 us)" in text
+
+
 def test_geomeans_count_failures_and_comparisons_use_the_noise():
     rows = [_row("a", "skills", "PASSED", 2.0), _row("b", "skills", "FAILED"), _row("c", "skills", "NOT_RUN")]
     agg = stats.aggregate(rows, 0.1)
