@@ -51,7 +51,7 @@ class Candidate:
     config: dict = field(default_factory=dict)
     note: str = ""
     exchange: dict | None = None  # the llm backend's call record (never the key)
-    steered_by: tuple[str, ...] = ()  # sweep: skills whose cards name a value of this point
+    steered_by: tuple[str, ...] = ()  # sweep: per value moved, the highest-ranked skill whose card names it
 
 
 def tunables(source: str) -> dict[str, int]:
@@ -208,15 +208,18 @@ def point_flags(point: dict[str, int]) -> tuple[str, ...]:
 
 
 def steered_by(skills: list[dict], source: str, point: dict[str, int]) -> tuple[str, ...]:
-    """Names of the skills whose cards name a value this point gives an axis (off its default)."""
+    """The skills that steered this point: for each value it gives an axis off the default, the first
+    skill in `skills` (retrieval's rank order) whose card names it. That skill's value is the one that
+    put the value where it stands in the sweep's order; later cards naming a common value (512
+    threads, say) only agree with it."""
     tun = tunables(source)
-    names = []
-    for s in skills:
-        for axis, v in point.items():
-            if v != tun.get(axis) and v in _steered([s], axis):
-                names.append(s["name"])
-                break
-    return tuple(sorted(set(names)))
+    names = set()
+    for axis, v in point.items():
+        if v != tun.get(axis):
+            first = next((s["name"] for s in skills if v in _steered([s], axis)), None)
+            if first is not None:
+                names.add(first)
+    return tuple(sorted(names))
 
 
 class RulesMaterializer:

@@ -260,6 +260,13 @@ def test_a_cards_measured_configuration_is_a_sweep_point_mapped_by_role_and_axis
     assert sweep_points(src, [memory]) == sweep_points(src, [])  # nothing of its roles is swept here
     rms = (ROOT / "heldout" / "kernels" / "rmsnorm_idiom.cu").read_text()
     assert sweep_points(rms, [memory])[1] == {"RMSNORM_THREADS": 512, "RMSNORM_ITEMS": 8}
+    # a value two cards name is credited to the higher-ranked one only; each moved value has its own
+    other = _measured_card("launch_bounds/x", {"SOFTMAX_THREADS": 512, "SOFTMAX_ITEMS": 4}, "softmax_like")
+    p512 = {"RMSNORM_THREADS": 512, "RMSNORM_ITEMS": 4}
+    assert steered_by([memory, other], rms, p512) == ("coarsening/x",)
+    assert steered_by([other, memory], rms, p512) == ("launch_bounds/x",)
+    assert steered_by([other, memory], rms, {"RMSNORM_THREADS": 512, "RMSNORM_ITEMS": 8}) == \
+        ("coarsening/x", "launch_bounds/x")
 
 
 class ItemsGate(ScriptedGate):
