@@ -122,7 +122,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
             progress(step)
 
     def evaluated() -> int:
-        return sum(1 for st in steps if st["kind"] == "candidate")
+        return sum(1 for st in steps if spends_budget(st))
 
     def finish(reason: str, best: Best | None, retrieval: dict | None) -> dict:
         summary = {"stop_reason": reason, "steps": len(steps), "evaluated": evaluated(),
@@ -270,6 +270,15 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                          key=lambda x: -min(min(c["trial_speedups"]) for c in x[0]["vs_best"]))
         for step, cand, _res in winners[:1]:
             keep(step, cand)
+
+
+def spends_budget(step: dict) -> bool:
+    """Whether a step counts against budget_steps: every gated candidate but a sweep point nvcc refused.
+    Such a point is a hole in the declared space (the kernel's own static checks reject that
+    configuration: attention's rows per warp, gemm's 256 x 256 tile), not a kernel: nothing ran, and a
+    condition that happens to propose more of them, the random control drawing blindly from the grid
+    or a card naming another kernel's tile, must not lose evaluations to it."""
+    return step["kind"] == "candidate" and not (step["backend"] == "sweep" and step["status"] == "COMPILE_ERROR")
 
 
 def _family(source: str) -> str:

@@ -194,12 +194,16 @@ def sweep_grid(source: str) -> list[dict[str, int]]:
 
 
 def random_points(source: str, n: int, seed: int) -> list[dict[str, int]]:
-    """The default, then `n` distinct other points of sweep_space drawn uniformly at random
-    (random.Random(seed)); fewer when the space is smaller; [] when the source has no tunables."""
+    """The default, then `n` distinct other points of sweep_space drawn uniformly at random: the first
+    `n` of one seeded permutation of the space (random.Random(seed)), so a longer draw begins with a
+    shorter one; fewer when the space is smaller; [] when the source has no tunables. (For the sizes
+    of the held-out grids and n = 12 these are the points random.Random(seed).sample(others, 12) gave,
+    which the recorded runs used.)"""
     grid = sweep_grid(source)
     if not grid:
         return []
-    return grid[:1] + random.Random(seed).sample(grid[1:], min(max(n, 0), len(grid) - 1))
+    order = random.Random(seed).sample(grid[1:], len(grid) - 1)
+    return grid[:1] + order[:max(n, 0)]
 
 
 def point_flags(point: dict[str, int]) -> tuple[str, ...]:
@@ -260,14 +264,17 @@ class SweepMaterializer:
 
 
 class RandomSweepMaterializer(SweepMaterializer):
-    """A control: `points` configurations drawn at random (seeded) from sweep_space, the library unused."""
+    """A control: configurations drawn at random (seeded) from sweep_space, the library unused. It
+    proposes the whole space in its random order; the loop gates them until `points` (the budget) have
+    spent it: the first `points` draws, and past them only as many as replace draws nvcc refused
+    (klineage.apply.loop.spends_budget)."""
 
     def __init__(self, points: int, seed: int):
         self.points, self.seed = points, seed
 
     def propose_all(self, skills: list[dict], kernel: str, wl: Workload) -> list[Candidate]:
         out = []
-        for p in random_points(kernel, self.points, self.seed)[1:]:
+        for p in random_points(kernel, len(sweep_grid(kernel)), self.seed)[1:]:
             out.append(Candidate(kernel, self.name, None, None, flags=point_flags(p), config=dict(p),
                                  note=f"random point {p} (seed {self.seed}, no library)"))
         return out

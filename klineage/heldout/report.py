@@ -72,7 +72,9 @@ def definitions(cfg) -> dict:
                     "out, for comparison with success-only figures. NOT_RUN and MISSING rows are not counted and are listed.",
         "budget": f"at most {cfg.budget} candidate kernels gated per instance and condition (summed over arms); the start "
                   "kernel's evaluation, the round-2 re-measure of a faster candidate and the check of a baked sweep "
-                  "winner are not counted (every condition gets them alike); the final rounds are the measurement.",
+                  "winner are not counted (every condition gets them alike), nor is a sweep point nvcc refused (a "
+                  "configuration the kernel's own static checks reject: recorded, and the next point or draw takes "
+                  "its place); the final rounds are the measurement.",
         "control-random": "sweep of the idiom kernel over points drawn at random, seeded per instance (sha256 of seed and "
                           "instance name), from the sweep's own axes: each axis's default and neighbours; no library.",
         "control-foreign": "the skills procedure with the library cut to skills whose every source workload has a family "

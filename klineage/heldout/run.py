@@ -17,7 +17,10 @@ gated, compared trial by trial, re-measured in another worker process before it 
 
 Budget: every condition may gate at most `budget` candidate kernels per instance (the apply loop's
 budget_steps, summed over arms). Not counted, and the same for every condition: the start kernel's
-own evaluation, the round-2 re-measure of a faster candidate and the check of a baked sweep winner.
+own evaluation, the round-2 re-measure of a faster candidate, the check of a baked sweep winner, and
+a sweep point nvcc refused (a configuration the kernel's static checks reject; recorded, and the arm's
+`gate_evaluations.refused` counts them): control-random then draws on past it, as the steered sweep
+goes on to its next point (klineage.apply.loop.spends_budget).
 
 The reported figure of every condition is a final measurement of its final kernel: `final_rounds`
 gate evaluations (rounds 3, 4, ...), each in a worker process of its own, on every benchmark and
@@ -43,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from klineage import settings
-from klineage.apply.loop import ApplyConfig, apply, retrieved_skills
+from klineage.apply.loop import ApplyConfig, apply, retrieved_skills, spends_budget
 from klineage.apply.materialize import bake, tunables
 from klineage.apply.retrieve import workload_facts
 from klineage.errors import ReplayMissingError
@@ -336,7 +339,8 @@ def _arm_record(name: str, start_kind: str, run: dict) -> dict:
            "gate_evaluations": {"start": 1 if start.get("eval_key") else 0,
                                 "candidates": run["summary"]["evaluated"],
                                 "re_measures": sum(1 for s in steps if s.get("remeasure")),
-                                "baked": sum(1 for s in steps if s.get("baked"))},
+                                "baked": sum(1 for s in steps if s.get("baked")),
+                                **_refused(steps)},
            "steps": [{k: s.get(k) for k in ("seq", "backend", "skill", "config", "status", "accepted", "steered_by")
                       if s.get(k) is not None} for s in steps if s["kind"] != "start"],
            "best_hash": run.get("best_hash"), "best_flags": (run["summary"].get("best_flags") or []),
@@ -350,6 +354,13 @@ def _arm_record(name: str, start_kind: str, run: dict) -> dict:
         key = last["baked"]["eval_key"] if (last.get("baked") or {}).get("status") == "PASSED" else last["remeasure"]["eval_key"]
     rec["best_eval_key"] = key
     return rec
+
+
+def _refused(steps: list[dict]) -> dict:
+    """{"refused": n} for an arm whose sweep points nvcc refused n times (not counted in its budget);
+    {} when none was, as in the runs recorded before such points were left out of the budget."""
+    n = sum(1 for s in steps if s["kind"] == "candidate" and not spends_budget(s))
+    return {"refused": n} if n else {}
 
 
 def _search_score(rec: dict | None) -> float | None:

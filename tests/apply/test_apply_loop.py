@@ -310,3 +310,59 @@ def test_sweep_rounds_climb_past_the_first_neighbourhood_and_never_regate_a_conf
     short = apply(lib, ItemsGate(store=lib), wl, start, "gelu+items",
                   ApplyConfig(materializers=("sweep",), budget_steps=8, sweep_rounds=3))
     assert short["summary"]["evaluated"] == 8 and short["stop_reason"] == "budget_steps"
+
+
+class RefusingGate(ItemsGate):
+    """ItemsGate, where nvcc refuses GELU_ITEMS of 16 and 32 (as a kernel's static check would)."""
+    REFUSED = {"-DGELU_ITEMS=16", "-DGELU_ITEMS=32"}
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.verdict = self._verdict
+
+    def _verdict(self, src):
+        return Status.COMPILE_ERROR if self.REFUSED & set(self.config.extra_flags) else Status.PASSED
+
+    def with_config(self, config, share_worker=True):
+        g = super().with_config(config, share_worker)
+        g.verdict = g._verdict
+        return g
+
+
+def test_a_sweep_point_nvcc_refuses_spends_no_budget_and_the_random_control_draws_past_it(lib):
+    """The random control gates its seeded draws until `points` candidates have built and run: a draw
+    nvcc refused is recorded (COMPILE_ERROR) and the next draw takes its place; the steered sweep
+    likewise. Other candidates spend the budget whatever their verdict."""
+    from klineage.apply.loop import spends_budget
+    from klineage.apply.materialize import point_flags, random_points, sweep_grid
+    d = ROOT / "apply_workloads" / "gelu"
+    wl = load_workload(d)
+    start = (d / "naive.cu").read_text().replace(
+        "#ifndef GELU_BLOCK", "#ifndef GELU_ITEMS\n#define GELU_ITEMS 4\n#endif\n#ifndef GELU_BLOCK", 1)
+    budget, seed = 5, 11
+    order = random_points(start, len(sweep_grid(start)), seed)[1:]
+    assert order[:budget] == random_points(start, budget, seed)[1:]  # a longer draw begins with the shorter
+    refused = lambda p: bool(RefusingGate.REFUSED & set(point_flags(p)))  # noqa: E731
+    n_ok, want = 0, []
+    for p in order:
+        want.append(p)
+        n_ok += not refused(p)
+        if n_ok == budget:
+            break
+    assert any(refused(p) for p in want)  # this seed draws refused points among the first
+    run = apply(lib, RefusingGate(store=lib), wl, start, "gelu+items",
+                ApplyConfig(materializers=("sweep",), budget_steps=budget,
+                            sweep={"mode": "random", "points": budget, "seed": seed}))
+    steps = [s for s in run["steps"] if s["kind"] == "candidate"]
+    assert [s["config"] for s in steps] == want
+    assert [s["status"] == "COMPILE_ERROR" for s in steps] == [refused(p) for p in want]
+    assert run["summary"]["evaluated"] == budget == sum(spends_budget(s) for s in run["steps"])
+    assert run["stop_reason"] == "budget_steps"
+    # the steered sweep: its refused points are recorded and spend nothing either
+    steered = apply(lib, RefusingGate(store=lib), wl, start, "gelu+items",
+                    ApplyConfig(materializers=("sweep",), budget_steps=30))
+    cands = [s for s in steered["steps"] if s["kind"] == "candidate"]
+    assert any(s["status"] == "COMPILE_ERROR" for s in cands)
+    assert steered["summary"]["evaluated"] == sum(s["status"] != "COMPILE_ERROR" for s in cands)
+    # a rewrite that does not build is a candidate like any other
+    assert spends_budget({"kind": "candidate", "backend": "rules", "status": "COMPILE_ERROR"})
