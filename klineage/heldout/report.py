@@ -14,6 +14,8 @@ Schema (klineage.heldout/1), top level:
            instances whose benchmark case a library lineage measured (audit.library_overlap.cases.same_case),
            retrieval {family: {instances, same_final_kernel, points, not_in_foreign, steered}}: what the
            library changed in the search, skills against control-foreign (retrieval_effect),
+           random_coverage {family: {instances, whole_space [instance]}}: where control-random gated its whole
+           sweep space before its budget ran out (random_coverage),
            published {published, ours, families, ratio_to_published, comparable, why_not_comparable}:
            idiom and skills beside the published check's figures (against_published),
            window_check {shapes, threshold, suspect [...]}: final measurements whose host-side dispatch
@@ -98,6 +100,7 @@ def summarize(rows: list[dict], cfg, shared: set[str] = frozenset()) -> dict:
     out["strict"] = {"excluded": sorted(shared), **strict,
                      "verdict": _verdict(strict["comparisons"], list(strict["families"]), list(cfg.conditions))}
     out["retrieval"] = retrieval_effect(rows)
+    out["random_coverage"] = random_coverage(rows)
     out["published"] = against_published(out)
     window = window_check(rows)
     if window is not None:
@@ -160,6 +163,21 @@ def _sweep_steps(row: dict):
 def _sweep_points(row: dict) -> set[tuple]:
     """(arm start, sorted configuration) of every sweep point a row's arms gated."""
     return {(a.get("start"), tuple(sorted((st.get("config") or {}).items()))) for a, st in _sweep_steps(row)}
+
+
+def random_coverage(rows: list[dict]) -> dict:
+    """Per family, the instances where control-random ran out of configurations before its budget:
+    it gated its kernel's whole sweep space (each point built and timed, or refused by nvcc), so it
+    found the best configuration there is in it and no steering of the same space can beat it."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        if r["condition"] != "control-random" or r["status"] not in ("PASSED", "FAILED"):
+            continue
+        agg = out.setdefault(r["family"], {"instances": 0, "whole_space": []})
+        agg["instances"] += 1
+        if any(a.get("stop_reason") == "no_candidates" and a.get("evaluated") for a in r.get("arms") or []):
+            agg["whole_space"].append(r["instance"])
+    return out
 
 
 def retrieval_effect(rows: list[dict]) -> dict:

@@ -245,6 +245,12 @@ def format_heldout(report: dict) -> str:
         out.append(f"retrieval, {fam}: skills and control-foreign ended on the same kernel in {e['same_final_kernel']} of "
                    f"{e['instances']} instances; {e['not_in_foreign']} of the {e['points']} sweep points skills gated were "
                    f"not also gated by control-foreign ({e['steered']} carry a value a retrieved card names)")
+    for fam, e in (summ.get("random_coverage") or {}).items():
+        if e["whole_space"]:
+            out.append(f"control-random, {fam}: gated its kernel's whole sweep space (every configuration built and "
+                       f"timed, or refused by nvcc) before its budget ran out on {len(e['whole_space'])} of "
+                       f"{e['instances']} instances ({', '.join(e['whole_space'])}): there it found the space's best "
+                       "configuration, and no steering of the same space can beat it")
     pub = summ.get("published")
     if pub:
         out.append("")

@@ -380,6 +380,27 @@ def test_host_dispatch_is_summed_per_shape_and_a_window_it_outlasted_is_listed(r
     assert "attn_a/skills reference: 16 of 300 calls (host 240 us median, spin 520 us)" in text
 
 
+def test_random_coverage_lists_where_control_random_gated_its_whole_space(recorded):
+    """attention's idiom grid builds at 12 of its 27 points: a control-random that runs out of points
+    before its budget has searched the space whole, and the report says where."""
+    from klineage.heldout.report import random_coverage
+    from klineage.report.text import format_heldout
+
+    def row(inst, fam, stop, evaluated=12):
+        return {"instance": inst, "family": fam, "condition": "control-random", "status": "PASSED",
+                "arms": [{"arm": "random", "stop_reason": stop, "evaluated": evaluated}]}
+    got = random_coverage([row("attn_a", "attention", "no_candidates", 11), row("attn_b", "attention", "budget_steps"),
+                           row("mm_a", "gemm", "budget_steps"), row("tiny", "gemm", "no_candidates", 0),
+                           {**row("attn_c", "attention", "no_candidates"), "status": "MISSING"},
+                           {**row("attn_a", "attention", "no_candidates"), "condition": "skills"}])
+    assert got == {"attention": {"instances": 2, "whole_space": ["attn_a"]}, "gemm": {"instances": 2, "whole_space": []}}
+    rep = json.loads(json.dumps(recorded["report"]))
+    assert set(rep["summary"]["random_coverage"]) == {r["family"] for i in rep["instances"] for r in [i]}
+    rep["summary"]["random_coverage"] = got
+    assert ("control-random, attention: gated its kernel's whole sweep space (every configuration built and timed, "
+            "or refused by nvcc) before its budget ran out on 1 of 2 instances (attn_a)") in format_heldout(rep)
+
+
 def test_geomeans_count_failures_and_comparisons_use_the_noise():
     rows = [_row("a", "skills", "PASSED", 2.0), _row("b", "skills", "FAILED"), _row("c", "skills", "NOT_RUN")]
     agg = stats.aggregate(rows, 0.1)
