@@ -19,8 +19,8 @@ what it measured and exits 3; the next call with --seed-recorded pointing at the
 into the repository, e.g. benchmarks/results/heldout_h200/) reuses every recorded evaluation and goes on.
 <tag> defaults to the family / instance filter ("all" without one).
 An evaluation that answers harness_error (a bug in the gate worker, not a result of the kernel) stops
-the run at once; such records are left out of the export and the database is removed, so no later
-call reuses the fault as a kernel's result.
+the run at once, before it is stored (refuse_harness_errors): no later call, and no export, treats the
+fault as a kernel's result.
 """
 from __future__ import annotations
 
@@ -50,19 +50,19 @@ class HarnessFault(BaseException):
     The run stops at the first (every later evaluation would meet it too, and spend the device's time)."""
 
 
-def harness_fault(text: str | None) -> bool:
-    return "harness_error" in (text or "")
+def refuse_harness_errors(store) -> None:
+    """Make `store` raise HarnessFault instead of storing an evaluation that answered harness_error,
+    wherever in the run it comes (a start, a candidate, a re-measure, a final round): the fault never
+    becomes a stored result that a resumed run or an export would treat as the kernel's."""
+    put = store.put_evaluation
 
-
-def drop_harness_errors(path: Path) -> int:
-    """Rewrite an exported record file without harness_error evaluations (a later call must measure
-    those kernels again, not reuse the gate's own fault as their result); returns how many went."""
-    import gzip
-    lines = gzip.decompress(path.read_bytes()).decode().splitlines(keepends=True)
-    keep = [ln for ln in lines if (json.loads(ln).get("result") or {}).get("error_kind") != "harness_error"]
-    if len(keep) != len(lines):
-        path.write_bytes(gzip.compress("".join(keep).encode(), mtime=0))
-    return len(lines) - len(keep)
+    def guarded(rec: dict, *a, **kw):
+        res = rec.get("result") or {}
+        if res.get("error_kind") == "harness_error":
+            raise HarnessFault(f"{rec.get('workload_name')} kernel {str(rec.get('kernel_hash'))[:12]}: "
+                               f"{(res.get('error_message') or '')[-1500:]}")
+        return put(rec, *a, **kw)
+    store.put_evaluation = guarded
 
 
 def environment() -> dict:
@@ -124,14 +124,15 @@ def prebuild(instances, cfg, library, sources) -> dict:
 
 
 class BackgroundBuild:
-    """prebuild_jobs compiled by a pool beside the run, in the run's order, leaving two cores to the
-    run and its gate worker: the first instance starts at once, and the run's own request for a
-    kernel still building compiles it too (compile_kernel publishes atomically; the loser's copy
-    goes). stop() drops what has not started."""
+    """prebuild_jobs compiled by a pool beside the run, in the run's order, leaving four cores to the
+    run, its gate workers and their host-side dispatch (which the gate's spin is sized from): the
+    first instance starts at once, and the run's own request for a kernel still building compiles it
+    too (compile_kernel publishes atomically; the loser's copy goes). stop() drops what has not
+    started; what is compiling finishes before the interpreter exits."""
 
     def __init__(self, jobs):
         from klineage.gate.compile import compile_kernel
-        self.workers = max(1, (os.cpu_count() or 1) - 2)
+        self.workers = max(1, (os.cpu_count() or 1) - 4)
         self.pool = ThreadPoolExecutor(max_workers=self.workers)
         self.futures = [self.pool.submit(compile_kernel, src, extra_flags=flags) for src, flags in jobs]
         self.t0 = time.perf_counter()
@@ -193,6 +194,7 @@ def main() -> int:
     if not db.exists():
         shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
     store = open_store(db)
+    refuse_harness_errors(store)
     seeded = import_paths(store, ns.seed_recorded) if ns.seed_recorded else None
     hashes = sorted({i.workload.content_hash for i in instances}
                     | {fallback_hash(i.workload.content_hash) for i in instances if i.has_fallback})
@@ -217,15 +219,11 @@ def main() -> int:
     llm, reason = llm_status(False, hp.config.model, hp.config.budget_usd)
 
     def progress(event, **kw):
-        if event == "step" and harness_fault(kw["step"].get("error")):
-            raise HarnessFault(f"{kw['instance']} {kw['condition']}: {kw['step']['error'][:1500]}")
         if event == "row":
             r = kw["row"]
             sp = f"{r['speedup']:.3f}x {r.get('ci95')}" if r.get("speedup") else ""
             print(f"{time.perf_counter() - t0:7.1f}s {r['instance']} {r['condition']}: {r['status']} {sp} "
                   f"{(r.get('reason') or '')[:160]}", flush=True)
-            if harness_fault(r.get("reason")):
-                raise HarnessFault(f"{r['instance']} {r['condition']}: {r['reason'][:1500]}")
 
     cut, report, failure = False, None, None
     try:
@@ -251,15 +249,10 @@ def main() -> int:
         except Exception:  # noqa: BLE001 - closing a worker must not lose the export
             pass
         n = store.export_evaluations(ns.out / f"heldout_h200_{tag}.jsonl.gz", workload_hashes=hashes)
-        dropped = drop_harness_errors(ns.out / f"heldout_h200_{tag}.jsonl.gz")
-        n -= dropped
         store.close()
-        if failure and failure.startswith("harness fault"):
-            db.unlink()  # it holds the fault's records as results: the next call starts from the library again
     record = {"benchmark": "heldout_h200", "args": {k: str(v) for k, v in vars(ns).items()}, "tag": tag,
               "config": hp.config.to_dict(), "instances": [i.name for i in instances], "environment": env,
               "seeded_from_recorded": seeded, "prebuild": pre, "exported_evaluations": n,
-              "harness_errors_not_exported": dropped,
               "cut_by_time_limit": cut, "failure": failure, "wall_s": round(time.perf_counter() - t0, 1),
               "run_id": report["run_id"] if report else None,
               "verdict": report["summary"]["verdict"] if report else None}

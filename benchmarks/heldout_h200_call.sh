@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call of the held-out run (issue 8), carried with [".whlh", ".whlg"] (benchmarks/device_site.sh h g):
 #   bash benchmarks/heldout_h200_call.sh TAG [heldout_h200.py options ...]
-#   bash benchmarks/heldout_h200_call.sh gemm --families gemm --time-limit 540
-#   bash benchmarks/heldout_h200_call.sh attention --families attention --time-limit 540 \
+#   bash benchmarks/heldout_h200_call.sh gemm --families gemm --time-limit 520
+#   bash benchmarks/heldout_h200_call.sh attention --families attention --time-limit 520 \
 #        --seed-recorded benchmarks/results/heldout_h200/heldout_h200_gemm.jsonl.gz
 #   ... and last, without --families, seeded with every family's file: `all`, which writes report/ for the
 #   22 instances and exports all their records (heldout_h200_all.jsonl.gz replaces the family files).

@@ -256,6 +256,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
             if not res.passed:
                 feedback = _feedback(res)
                 step["feedback"] = feedback
+                step["error_kind"] = res.error_kind
                 record(step)
                 continue
             feedback = None
@@ -273,12 +274,14 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
 
 
 def spends_budget(step: dict) -> bool:
-    """Whether a step counts against budget_steps: every gated candidate but a sweep point nvcc refused.
+    """Whether a step counts against budget_steps: every gated candidate but a sweep point nvcc refused
+    (nvcc_error: not a compile that timed out or ran out of memory, which says nothing of the point).
     Such a point is a hole in the declared space (the kernel's own static checks reject that
     configuration: attention's rows per warp, gemm's 256 x 256 tile), not a kernel: nothing ran, and a
     condition that happens to propose more of them, the random control drawing blindly from the grid
     or a card naming another kernel's tile, must not lose evaluations to it."""
-    return step["kind"] == "candidate" and not (step["backend"] == "sweep" and step["status"] == "COMPILE_ERROR")
+    return step["kind"] == "candidate" and not (step["backend"] == "sweep" and step["status"] == "COMPILE_ERROR"
+                                                and step.get("error_kind") == "nvcc_error")
 
 
 def _family(source: str) -> str:

@@ -265,9 +265,10 @@ class SweepMaterializer:
 
 class RandomSweepMaterializer(SweepMaterializer):
     """A control: configurations drawn at random (seeded) from sweep_space, the library unused. It
-    proposes the whole space in its random order; the loop gates them until `points` (the budget) have
-    spent it: the first `points` draws, and past them only as many as replace draws nvcc refused
-    (klineage.apply.loop.spends_budget)."""
+    proposes the whole space in its random order, and the apply loop gates them until its budget_steps
+    are spent: with budget_steps = `points` (as the held-out check sets them), the first `points`
+    draws, and past them only as many as replace draws nvcc refused (klineage.apply.loop.spends_budget).
+    `points` stays in the spec, and so in run ids."""
 
     def __init__(self, points: int, seed: int):
         self.points, self.seed = points, seed

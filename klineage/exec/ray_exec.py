@@ -30,7 +30,9 @@ from pathlib import Path
 from klineage.errors import NoDeviceError
 from klineage.exec.base import Executor, ExecutorError, request_key
 
-MAX_WORKERS_PER_GPU = 3  # gate workers kept per GPU in a Ray worker process (main + timing rounds)
+# gate workers kept per GPU in a Ray worker process: the search's, and one per repeat round (the apply
+# loop's round 2 and the held-out check's final rounds 3 and 4 each keep one: Gate.repeat)
+MAX_WORKERS_PER_GPU = 4
 _WORKERS: dict = {}      # in a Ray worker process: (group, gpu) -> GateWorker, oldest first
 
 

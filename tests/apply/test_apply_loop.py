@@ -323,6 +323,13 @@ class RefusingGate(ItemsGate):
     def _verdict(self, src):
         return Status.COMPILE_ERROR if self.REFUSED & set(self.config.extra_flags) else Status.PASSED
 
+    def evaluate(self, source, workload, origin=None, replay=False):
+        res = super().evaluate(source, workload, origin, replay)
+        if res.status is Status.COMPILE_ERROR:
+            res.error_kind = self.error_kind
+        return res
+    error_kind = "nvcc_error"
+
     def with_config(self, config, share_worker=True):
         g = super().with_config(config, share_worker)
         g.verdict = g._verdict
@@ -364,5 +371,13 @@ def test_a_sweep_point_nvcc_refuses_spends_no_budget_and_the_random_control_draw
     cands = [s for s in steered["steps"] if s["kind"] == "candidate"]
     assert any(s["status"] == "COMPILE_ERROR" for s in cands)
     assert steered["summary"]["evaluated"] == sum(s["status"] != "COMPILE_ERROR" for s in cands)
-    # a rewrite that does not build is a candidate like any other
-    assert spends_budget({"kind": "candidate", "backend": "rules", "status": "COMPILE_ERROR"})
+    # a rewrite that does not build is a candidate like any other; so is a point whose build timed out
+    assert spends_budget({"kind": "candidate", "backend": "rules", "status": "COMPILE_ERROR", "error_kind": "nvcc_error"})
+    RefusingGate.error_kind = "timeout"
+    try:
+        slow = apply(lib, RefusingGate(store=lib), wl, start, "gelu+items",
+                     ApplyConfig(materializers=("sweep",), budget_steps=budget,
+                                 sweep={"mode": "random", "points": budget, "seed": seed}))
+    finally:
+        RefusingGate.error_kind = "nvcc_error"
+    assert [s["config"] for s in slow["steps"] if s["kind"] == "candidate"] == order[:budget]
