@@ -44,9 +44,9 @@ NCU_METRICS = ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustain
                "sm__warps_active.avg.pct_of_peak_sustained_active", "launch__registers_per_thread",
                "launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic",
                "launch__grid_size", "launch__block_size")
-# A spin queued before each timed call (profile_shortfalls._window): the gate's input refresh keeps
-# the GPU busy while the host launches, and without it a FlagGems op's Python dispatch fell inside
-# the window (layernorm 16384x4096: 112 us against 68.5 us of kernel time under CUPTI).
+# A spin queued before each timed window (profile_shortfalls._window, through timed_call's spin_us):
+# without it a FlagGems op's Python dispatch fell inside the window (layernorm 16384x4096: 112 us
+# against 68.5 us of kernel time under CUPTI).
 BACKLOG_US = 300.0
 
 

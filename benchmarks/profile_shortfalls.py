@@ -68,20 +68,17 @@ def _kernel_times(fn, calls: int) -> dict:
 
 def _window(dev, fns: dict, calls: int, backlog_us: float = 0.0) -> dict:
     """The gate's window for each of fns, interleaved call by call: median and spread in us.
-    `backlog_us` > 0 queues that long a spin on the stream before each flush, as the gate's input
-    refresh does, so a host-side launch shorter than it (a Triton op's Python dispatch) happens while
-    the GPU is busy and stays out of the window."""
+    `backlog_us` > 0 queues that long a spin before each window (timed_call's spin_us, as the gate
+    does with backlog_us), so a host-side launch shorter than it (a Triton op's Python dispatch)
+    happens while the GPU is busy and stays out of the window."""
     from klineage.gate.worker import timed_call
     import torch
     stream = torch.cuda.current_stream()
-    cycles = int(backlog_us * 2000)  # at least backlog_us at SM clocks up to 2 GHz (the H200's max: 1980 MHz)
     samples = {k: [] for k in fns}
     order = list(fns)
     for i in range(calls + 10):
         for k in (order if i % 2 == 0 else order[::-1]):
-            if cycles:
-                torch.cuda._sleep(cycles)
-            _, us = timed_call(dev, lambda f=fns[k]: (f() or 0), stream)
+            _, us = timed_call(dev, lambda f=fns[k]: (f() or 0), stream, spin_us=backlog_us)
             if i >= 10:
                 samples[k].append(us)
     return {k: {"median_us": statistics.median(v), "p10_us": sorted(v)[len(v) // 10],

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from klineage.lineage.admit import rewrite_for
-from klineage.tuning import ROLES, matches  # noqa: F401  (ROLES: the roles of tunables' names)
+from klineage.tuning import matches
 from klineage.tuning import axis as _axis
 from klineage.tuning import role as _role
 from klineage.workload import Workload

@@ -530,7 +530,7 @@ def first_sweep_round(inst: Instance, cfg: HeldoutConfig, library: list[dict], s
     """The points each searching condition gates first on the idiom kernel, as far as the kernel's
     static facts decide them: retrieval without the start's measured bottleneck class (the run adds
     it, which can drop a skill whose precondition names one), then the steered sweep; the random
-    control's draws are exact."""
+    control's first `budget` draws, exactly (a draw nvcc refuses is then replaced by the next)."""
     from klineage.apply.materialize import random_points, sweep_points
     from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
     idiom = inst.starts["idiom"][1]

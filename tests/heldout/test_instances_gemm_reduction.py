@@ -24,9 +24,10 @@ import numpy as np
 import pytest
 import torch
 
-from klineage.apply.materialize import ROLES, sweep_points, tunables
+from klineage.apply.materialize import sweep_points, tunables
 from klineage.gate.correctness import compare, negative_controls
 from klineage.gate.guard import check_source
+from klineage.tuning import ROLES
 from klineage.workload import DTYPE_C, MAX_OFFSET, load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
