@@ -95,17 +95,22 @@ def prebuild_jobs(instances, cfg, library, sources) -> list[tuple[str, tuple[str
     run's order: each start kernel, the first sweep round of each searching condition
     (klineage.heldout.run.first_sweep_round, what the dry run prints) and the unsteered one, and, when
     cfg.sweep_rounds > 1, the idiom kernel's whole sweep grid where it has at most PREBUILD_GRID points
-    (each later round's points are one axis away from a winner)."""
-    from klineage.apply.materialize import point_flags, sweep_grid, sweep_points
+    (each later round's points are one axis away from a winner); with cfg.sweep_axes = "buildable", only
+    the grid's points the kernel's static checks accept."""
+    from klineage.apply.materialize import make_buildable, point_flags, sweep_grid, sweep_points
     from klineage.heldout.run import first_sweep_round
 
+    buildable = make_buildable(cfg.sweep_axes)
     jobs = {}
     for inst in instances:
         for _, src in inst.starts.values():
             jobs[(src, ())] = None
         idiom = inst.starts["idiom"][1]
-        pts = sweep_points(idiom, []) + [p for ps in first_sweep_round(inst, cfg, library, sources).values() for p in ps]
-        grid = sweep_grid(idiom) if cfg.sweep_rounds > 1 else []
+        pts = sweep_points(idiom, [], buildable) + [p for ps in first_sweep_round(inst, cfg, library, sources).values()
+                                                    for p in ps]
+        grid = sweep_grid(idiom, buildable) if cfg.sweep_rounds > 1 else []
+        if buildable is not None and grid:
+            grid = grid[:1] + [p for p, ok in zip(grid[1:], buildable(idiom, grid[1:])) if ok]
         pts += grid if len(grid) <= PREBUILD_GRID else []
         for p in pts:
             jobs[(idiom, point_flags(p))] = None

@@ -374,6 +374,10 @@ def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None
 @click.option("--budget-s", type=float, default=None, help="Wall-clock seconds at most.")
 @click.option("--admission", type=click.Choice(["on", "off"]), default="on", show_default=True,
               help="Use only admitted skills (off: every skill, for ablation).")
+@click.option("--sweep-axes", type=click.Choice(["source", "buildable"]), default="source", show_default=True,
+              help="How the sweep counts its grid when it picks its axes: every configuration, or only those "
+                   "nvcc's front end accepts (the kernel's static checks; needs nvcc), which the sweep then "
+                   "proposes alone.")
 @click.option("--model", default=None, help="Model id for --materializer llm (default claude-sonnet-4-5).")
 @click.option("--base-url", default=None, help="An OpenAI-compatible server for --materializer llm (e.g. a local one).")
 @click.option("--dry-run", is_flag=True, help="With llm: print the exact first prompt and its cost estimate; send nothing.")
@@ -385,7 +389,7 @@ def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None
 @click.pass_context
 @library_errors
 def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_steps, budget_usd, budget_s, admission,
-              model, base_url, dry_run, replay, out_dir, quiet, as_json):
+              sweep_axes, model, base_url, dry_run, replay, out_dir, quiet, as_json):
     """Retrieve skills for a new kernel and apply them one at a time behind the gate.
 
     \b
@@ -403,7 +407,7 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
     start = read_source(start_path)
     mats = tuple(materializers) or ("rules", "sweep")
     cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
-                      admission=admission == "on", model=model)
+                      admission=admission == "on", model=model, sweep_axes=sweep_axes)
     llm = _make_llm(mats, model, base_url, budget_usd, dry_run)
     if llm is not None:
         if dry_run:
@@ -617,6 +621,9 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
 @click.option("--sweep-rounds", type=int, default=None,
               help="Rounds of the steered sweep (skills, control-foreign): 1 sweeps the start's neighbourhood once, "
                    "N > 1 sweeps again around each kept winner within the budget (default 1).")
+@click.option("--sweep-axes", type=click.Choice(["source", "buildable"]), default=None,
+              help="How the sweep counts its grid when it picks its axes: every configuration, or only those "
+                   "nvcc's front end accepts (the kernel's static checks; needs nvcc) (default source).")
 @click.option("--families", default=None, help="Only these families (comma-separated: gemm, attention, reduction).")
 @click.option("--instances", "names", default=None, help="Only these instances (comma-separated names).")
 @click.option("--vendor", type=click.Choice(["auto", "primary", "fallback"]), default=None,
@@ -636,7 +643,8 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
 @click.option("--quiet", is_flag=True, help="No progress line.")
 @json_option
 @library_errors
-def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, final_rounds, sweep_rounds, families, names,
+def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, final_rounds, sweep_rounds, sweep_axes,
+                families, names,
                 vendor, admission, replay, records, model, budget_usd, dry_run, quiet, as_json):
     """Run every held-out instance (ROOT, default heldout/) under the conditions idiom, skills,
     control-random, control-foreign and llm, and report speedups over the reference with 95%
@@ -654,7 +662,7 @@ def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, f
     else:
         hp = HeldoutPipeline(Path("heldout"), HeldoutConfig(), [], None)
     over = {k: v for k, v in (("budget", budget), ("seed", seed), ("final_rounds", final_rounds),
-                              ("sweep_rounds", sweep_rounds), ("vendor", vendor),
+                              ("sweep_rounds", sweep_rounds), ("sweep_axes", sweep_axes), ("vendor", vendor),
                               ("model", model), ("budget_usd", budget_usd)) if v is not None}
     if admission is not None:
         over["admission"] = admission == "on"
@@ -699,6 +707,9 @@ def _format_plan(p: dict) -> str:
     for i in p["instances"]:
         lines.append(f"  {i['family']:<10} {i['instance']:<24} starts {i['starts']} tunables {i['tunables']} "
                      f"reference {i['reference']}" + (f" (fallback: {i['fallback']})" if i["fallback"] else ""))
+        if i.get("sweep_space"):
+            lines.append(f"      sweep axes ({p['config'].get('sweep_axes', 'source')}): " + "; ".join(
+                f"{k} {'/'.join(str(v) for v in vals)}" for k, vals in i["sweep_space"].items()))
         for cond, pts in i.get("first_sweep_round", {}).items():
             lines.append(f"      first sweep round, {cond} ({', '.join(pts[0]) if pts else 'no points'}): " + "; ".join(
                 ",".join(str(v) for v in p.values()) for p in pts))

@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from klineage.apply.materialize import Candidate, RulesMaterializer, bake, make_sweep, tunables
+from klineage.apply.materialize import (SWEEP_AXES, Candidate, RulesMaterializer, bake, make_buildable, make_sweep,
+                                       tunables)
 from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
 from klineage.gate.gate import Gate, GateResult, kernel_hash
 from klineage.lineage.walk import compare_timing
@@ -51,6 +52,15 @@ class ApplyConfig:
     # each kept winner (a coordinate search), skipping configurations this run already gated, until
     # N rounds, the budget, or a round with nothing new. Left out of to_dict when 1 (run ids as before).
     sweep_rounds: int = 1
+    # How the sweep counts its grid when it chooses its axes (klineage.apply.materialize._axes):
+    # "source", every configuration; "buildable", only those nvcc's front end accepts (the kernel's
+    # static checks), and the steered sweep then proposes only those. Left out of to_dict when
+    # "source" (run ids as before).
+    sweep_axes: str = "source"
+
+    def __post_init__(self):
+        if self.sweep_axes not in SWEEP_AXES:
+            raise ValueError(f"sweep_axes {self.sweep_axes!r}: choose {' or '.join(SWEEP_AXES)}")
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__, materializers=list(self.materializers))
@@ -58,6 +68,8 @@ class ApplyConfig:
             del d["sweep"]
         if d["sweep_rounds"] == 1:
             del d["sweep_rounds"]
+        if d["sweep_axes"] == "source":
+            del d["sweep_axes"]
         return d
 
 
@@ -180,7 +192,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
     tried: set[tuple[str, str]] = set()  # (kernel hash, skill id or sweep) already tried
     rounds: dict[str, int] = collections.Counter()  # sweep rounds per kernel up to its tunables' values
     swept: set[tuple] = {_config_key(start, {})}  # the configurations the sweep has gated (or started from)
-    mats = {"rules": RulesMaterializer(), "sweep": make_sweep(cfg.sweep)}
+    mats = {"rules": RulesMaterializer(), "sweep": make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, gate.config.arch))}
     if "llm" in cfg.materializers:
         from klineage.apply.materialize import LLMBackendMaterializer
         mats["llm"] = LLMBackendMaterializer(llm)

@@ -21,9 +21,11 @@ returns [] (and says why in `why_not`).
 from __future__ import annotations
 
 import itertools
-import math
+import os
 import random
 import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +41,10 @@ MIN_SWEEP = 5
 MAX_AXES = 4    # tunables one sweep varies at most
 MIN_GRID = 24   # configurations the swept axes should span (see _axes)
 MAX_JOINT = 2   # configurations of the cards (several axes at once) among a round's points at most
+SWEEP_AXES = ("source", "buildable")  # how a sweep counts its grid: every point, or those that build
+
+# (source, points) -> whether the kernel builds at each point: NvccFrontEnd
+Buildable = Callable[[str, list[dict[str, int]]], list[bool]]
 
 
 @dataclass
@@ -132,34 +138,47 @@ def _neighbours(role: str | None, default: int) -> list[int]:
                                           default * 8) if v != default))
 
 
-def _axes(tun: dict[str, int]) -> list[str]:
+def _values(tun: dict[str, int], name: str) -> list[int]:
+    """An axis's values: its default, then its neighbours."""
+    return list(dict.fromkeys([tun[name]] + _neighbours(_role(name), tun[name])))
+
+
+def _axes(tun: dict[str, int], source: str = "", buildable: Buildable | None = None) -> list[str]:
     """The tunables a sweep varies: named ones with a role first, then file order; two, and more (up
     to MAX_AXES) while the grid of the axes so far holds fewer than MIN_GRID configurations. A pair
     of tile extents gives 3 x 3 = 9 points, which a budget of 12 random draws would enumerate; a
-    search space the budget can exhaust cannot tell a steered search from a random one."""
+    search space the budget can exhaust cannot tell a steered search from a random one. With
+    `buildable` (NvccFrontEnd), only the configurations the kernel's static checks accept count: the
+    held-out attention kernel's 27 points over BLOCK_M, BLOCK_N and WARPS hold 12 it builds (a block
+    is 1 or 2 16-row tiles per warp), so it sweeps ATTN_STAGES as well."""
     order = sorted(tun, key=lambda n: (_role(n) is None, list(tun).index(n)))
     names = order[:2]
     for n in order[2:MAX_AXES]:
-        if math.prod(1 + len(_neighbours(_role(m), tun[m])) for m in names) >= MIN_GRID:
+        grid = [dict(zip(names, c)) for c in itertools.product(*(_values(tun, m) for m in names))]
+        if len(grid) >= MIN_GRID and (buildable is None or sum(buildable(source, grid)) >= MIN_GRID):
             break
         names.append(n)
     return names
 
 
-def sweep_points(source: str, skills: list[dict]) -> list[dict[str, int]]:
+def sweep_points(source: str, skills: list[dict], buildable: Buildable | None = None) -> list[dict[str, int]]:
     """5-7 configurations over the source's swept tunables (_axes); [] when it exposes none.
-    The default is always the first point; steered values come before plain neighbours."""
+    The default is always the first point; steered values come before plain neighbours. With
+    `buildable`, points the kernel's static checks refuse are left out before the cut to 7."""
     tun = tunables(source)
     if not tun:
         return []
-    names = _axes(tun)
+    names = _axes(tun, source, buildable)
     axes = {}
     for n in names:
         role = _role(n)
         vals = [v for v in _steered(skills, n) if v > 0] + _neighbours(role, tun[n])
         axes[n] = list(dict.fromkeys(v for v in vals if v != tun[n]))
     default = {n: tun[n] for n in names}
-    points = [default] + _joint(skills, names, default)[:MAX_JOINT]  # the cards' configurations first
+    joint = _joint(skills, names, default)
+    if buildable is not None and joint:
+        joint = [p for p, ok in zip(joint, buildable(source, joint)) if ok]
+    points = [default] + joint[:MAX_JOINT]  # the cards' configurations first
     # one axis at a time first (the steered values lead), then pairs
     if len(names) <= 2:
         per_axis = MAX_SWEEP - 1 if len(names) == 1 else 3
@@ -173,19 +192,22 @@ def sweep_points(source: str, skills: list[dict]) -> list[dict[str, int]]:
         for a, b in itertools.product(axes[names[0]][:2], axes[names[1]][:2]):
             points.append({names[0]: a, names[1]: b})
     uniq = list({tuple(sorted(p.items())): p for p in points}.values())
+    if buildable is not None and len(uniq) > 1:
+        uniq = uniq[:1] + [p for p, ok in zip(uniq[1:], buildable(source, uniq[1:])) if ok]
     return uniq[:MAX_SWEEP]
 
 
-def sweep_space(source: str) -> dict[str, list[int]]:
+def sweep_space(source: str, buildable: Buildable | None = None) -> dict[str, list[int]]:
     """{axis: [default, neighbours...]}: the values the sweep can give its axes with no library."""
     tun = tunables(source)
-    return {n: list(dict.fromkeys([tun[n]] + _neighbours(_role(n), tun[n]))) for n in _axes(tun)}
+    return {n: _values(tun, n) for n in _axes(tun, source, buildable)}
 
 
-def sweep_grid(source: str) -> list[dict[str, int]]:
+def sweep_grid(source: str, buildable: Buildable | None = None) -> list[dict[str, int]]:
     """Every point of sweep_space: the default first, then the others in product order; [] when the
-    source has no tunables."""
-    space = sweep_space(source)
+    source has no tunables. `buildable` chooses the axes only: the grid keeps the points the kernel
+    refuses (a random draw of one is recorded as refused and replaced)."""
+    space = sweep_space(source, buildable)
     if not space:
         return []
     default = {k: v[0] for k, v in space.items()}
@@ -193,13 +215,13 @@ def sweep_grid(source: str) -> list[dict[str, int]]:
                         if p != default]
 
 
-def random_points(source: str, n: int, seed: int) -> list[dict[str, int]]:
+def random_points(source: str, n: int, seed: int, buildable: Buildable | None = None) -> list[dict[str, int]]:
     """The default, then `n` distinct other points of sweep_space drawn uniformly at random: the first
     `n` of one seeded permutation of the space (random.Random(seed)), so a longer draw begins with a
     shorter one; fewer when the space is smaller; [] when the source has no tunables. (For the sizes
     of the held-out grids and n = 12 these are the points random.Random(seed).sample(others, 12) gave,
     which the recorded runs used.)"""
-    grid = sweep_grid(source)
+    grid = sweep_grid(source, buildable)
     if not grid:
         return []
     order = random.Random(seed).sample(grid[1:], len(grid) - 1)
@@ -209,6 +231,36 @@ def random_points(source: str, n: int, seed: int) -> list[dict[str, int]]:
 def point_flags(point: dict[str, int]) -> tuple[str, ...]:
     """The nvcc flags that give a kernel a sweep point's configuration (-DNAME=value, sorted)."""
     return tuple(f"-D{k}={v}" for k, v in sorted(point.items()))
+
+
+class NvccFrontEnd:
+    """Which sweep points of a kernel build, as nvcc's front end answers (klineage.gate.compile.
+    front_end_accepts: the kernel's static_asserts and #errors). A point is asked in full (the
+    kernel's tunables at their defaults with the point applied) of the kernel with its defaults
+    zeroed, so a baked sweep winner and the flags that gave it are one question, answered once and
+    cached on disk. Points are asked in parallel; one whose check ran past its limit counts as
+    refused. Raises InputError when nvcc is missing."""
+
+    def __init__(self, arch: str | None = None, jobs: int | None = None, cache_dir: Path | None = None):
+        from klineage.gate.compile import DEFAULT_ARCH
+        self.arch, self.cache_dir = arch or DEFAULT_ARCH, cache_dir
+        self.jobs = jobs or max(1, os.cpu_count() or 1)
+
+    def __call__(self, source: str, points: list[dict[str, int]]) -> list[bool]:
+        from klineage.gate.compile import front_end_accepts
+        tun = tunables(source)
+        base = bake(source, {n: 0 for n in tun})
+        asks = [point_flags({**tun, **p}) for p in points]
+        with ThreadPoolExecutor(max_workers=min(self.jobs, max(1, len(asks)))) as pool:
+            return [got is True for got in pool.map(lambda f: front_end_accepts(base, self.arch, f, self.cache_dir), asks)]
+
+
+def make_buildable(sweep_axes: str, arch: str | None = None) -> Buildable | None:
+    """The check a sweep_axes setting names: "source", none (every grid point counts); "buildable",
+    NvccFrontEnd. Raises ValueError for anything else."""
+    if sweep_axes not in SWEEP_AXES:
+        raise ValueError(f"sweep_axes {sweep_axes!r}: choose {' or '.join(SWEEP_AXES)}")
+    return NvccFrontEnd(arch) if sweep_axes == "buildable" else None
 
 
 def steered_by(skills: list[dict], source: str, point: dict[str, int]) -> tuple[str, ...]:
@@ -244,10 +296,15 @@ class RulesMaterializer:
 
 
 class SweepMaterializer:
+    """The steered sweep; with `buildable` (NvccFrontEnd), its axes count and its points hold only
+    configurations the kernel's static checks accept."""
     name = "sweep"
 
+    def __init__(self, buildable: Buildable | None = None):
+        self.buildable = buildable
+
     def propose_all(self, skills: list[dict], kernel: str, wl: Workload) -> list[Candidate]:
-        pts = sweep_points(kernel, skills)
+        pts = sweep_points(kernel, skills, self.buildable)
         if len(pts) < 2:
             return []
         steer = sorted({s["name"] for s in skills})
@@ -270,24 +327,26 @@ class RandomSweepMaterializer(SweepMaterializer):
     draws, and past them only as many as replace draws nvcc refused (klineage.apply.loop.spends_budget).
     `points` stays in the spec, and so in run ids."""
 
-    def __init__(self, points: int, seed: int):
+    def __init__(self, points: int, seed: int, buildable: Buildable | None = None):
+        super().__init__(buildable)
         self.points, self.seed = points, seed
 
     def propose_all(self, skills: list[dict], kernel: str, wl: Workload) -> list[Candidate]:
         out = []
-        for p in random_points(kernel, len(sweep_grid(kernel)), self.seed)[1:]:
+        b = self.buildable
+        for p in random_points(kernel, len(sweep_grid(kernel, b)), self.seed, b)[1:]:
             out.append(Candidate(kernel, self.name, None, None, flags=point_flags(p), config=dict(p),
                                  note=f"random point {p} (seed {self.seed}, no library)"))
         return out
 
 
-def make_sweep(spec: dict | None) -> SweepMaterializer:
+def make_sweep(spec: dict | None, buildable: Buildable | None = None) -> SweepMaterializer:
     """The sweep backend an ApplyConfig.sweep names: None, steered by the skills; {"mode": "random",
     "points": N, "seed": S}, the random control. Raises ValueError for anything else."""
     if spec is None:
-        return SweepMaterializer()
+        return SweepMaterializer(buildable)
     if spec.get("mode") == "random" and set(spec) == {"mode", "points", "seed"}:
-        return RandomSweepMaterializer(int(spec["points"]), int(spec["seed"]))
+        return RandomSweepMaterializer(int(spec["points"]), int(spec["seed"]), buildable)
     raise ValueError(f"unknown sweep {spec!r}: None (steered) or {{'mode': 'random', 'points': N, 'seed': S}}")
 
 

@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -241,6 +242,44 @@ def compile_kernel(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str
         shutil.rmtree(tmp, ignore_errors=True)
     res.so_path = str(out_dir / "kernel.so") if ok else None
     return res
+
+
+def front_end_accepts(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, ...] = (),
+                      cache_dir: Path | None = None, timeout_s: float | None = None) -> bool | None:
+    """Whether nvcc's front end (`nvcc -cuda`: the preprocessor and cudafe++, which evaluate the
+    kernel's static_asserts and #errors) accepts `source` with these flags; about 1 s against a full
+    build's 5-30 s. True or False is cached on disk beside the builds, by the same kind of key; None
+    (not cached) when it ran past its time limit or out of memory. A point the front end accepts can
+    still fail later (ptxas), and then counts as any refused build does. Raises InputError when nvcc
+    is not on PATH: the question needs it."""
+    version = nvcc_version()
+    if not version:
+        raise InputError("nvcc not found on PATH: telling which sweep points build asks nvcc's front end; "
+                         "install the CUDA toolkit (nvcc 13) or add it to PATH")
+    flags = ["-cuda"] + arch_flags(arch) + list(extra_flags)
+    key = build_key(source, flags, arch, version)
+    root = Path(cache_dir or settings.build_cache_dir()) / "front_end"
+    mark = root / key[:2] / key
+    if mark.is_file():
+        text = mark.read_text().strip()
+        if text in ("accepted", "refused"):
+            return text == "accepted"
+    default_timeout, memory_mb = compile_limits()
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="front-", dir=root))
+    try:
+        (tmp / "kernel.cu").write_text(source)
+        code, log = _run_nvcc(["nvcc", *flags, "-o", str(tmp / "kernel.ii"), str(tmp / "kernel.cu")], tmp,
+                              default_timeout if timeout_s is None else timeout_s, memory_mb)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if code is None or (code != 0 and memory_mb and _out_of_memory(log, code)):
+        return None
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    part = mark.with_name(f"{key}.{os.getpid()}.{threading.get_ident()}.part")
+    part.write_text("accepted" if code == 0 else "refused")
+    os.replace(part, mark)
+    return code == 0
 
 
 _OOM_RE = re.compile(r"out of memory|std::bad_alloc|cannot allocate memory|memory exhausted", re.I)

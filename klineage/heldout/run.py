@@ -47,7 +47,7 @@ from pathlib import Path
 
 from klineage import settings
 from klineage.apply.loop import ApplyConfig, apply, retrieved_skills, spends_budget
-from klineage.apply.materialize import bake, tunables
+from klineage.apply.materialize import SWEEP_AXES, bake, tunables
 from klineage.apply.retrieve import workload_facts
 from klineage.errors import ReplayMissingError
 from klineage.gate.gate import DEFAULT_TIMING, Gate, GateConfig, GateResult, kernel_hash
@@ -81,6 +81,9 @@ class HeldoutConfig:
     budget_usd: float | None = None
     # rounds of the steered sweep (skills, control-foreign; klineage.apply.loop.ApplyConfig.sweep_rounds)
     sweep_rounds: int = 1
+    # how the sweep counts its grid when it chooses its axes: "source" or "buildable"
+    # (klineage.apply.loop.ApplyConfig.sweep_axes); every searching condition uses the same
+    sweep_axes: str = "source"
 
     def __post_init__(self):
         bad = sorted(set(self.conditions) - set(CONDITIONS))
@@ -91,6 +94,8 @@ class HeldoutConfig:
             raise ValueError(f"vendor {self.vendor!r}: choose auto, primary or fallback")
         if self.budget < 0 or self.final_rounds < 1 or self.sweep_rounds < 1 or not 0 < self.failure_speedup < 1:
             raise ValueError("budget >= 0, final_rounds >= 1, sweep_rounds >= 1 and 0 < failure_speedup < 1")
+        if self.sweep_axes not in SWEEP_AXES:
+            raise ValueError(f"sweep_axes {self.sweep_axes!r}: choose {' or '.join(SWEEP_AXES)}")
         self.foreign = {k: tuple(sorted(v)) for k, v in sorted(self.foreign.items())}
 
     def to_dict(self) -> dict:
@@ -98,7 +103,8 @@ class HeldoutConfig:
                 "final_rounds": self.final_rounds, "admission": self.admission, "vendor": self.vendor,
                 "failure_speedup": self.failure_speedup, "foreign": {k: list(v) for k, v in self.foreign.items()},
                 "timing": {**DEFAULT_TIMING, **self.timing}, "model": self.model, "budget_usd": self.budget_usd,
-                **({"sweep_rounds": self.sweep_rounds} if self.sweep_rounds != 1 else {})}
+                **({"sweep_rounds": self.sweep_rounds} if self.sweep_rounds != 1 else {}),
+                **({"sweep_axes": self.sweep_axes} if self.sweep_axes != "source" else {})}
 
     def gate_config(self) -> GateConfig:
         return GateConfig(timing={**DEFAULT_TIMING, **self.timing})
@@ -268,7 +274,7 @@ class _InstanceRun:
                 continue
             rel, start = inst.starts[start_kind]
             acfg = ApplyConfig(materializers=mats, budget_steps=left, admission=c.cfg.admission, sweep=sweep,
-                               sweep_rounds=c.cfg.sweep_rounds if sweep is None else 1,
+                               sweep_rounds=c.cfg.sweep_rounds if sweep is None else 1, sweep_axes=c.cfg.sweep_axes,
                                budget_usd=c.cfg.budget_usd if name == "llm" else None, model=c.cfg.model if name == "llm" else None)
             llm = c.llm_for_instance() if name == "llm" else None
             run = apply(c.store, c.gate, self.wl, start, f"{c.root_text}/{rel}", acfg, llm=llm,
@@ -512,6 +518,8 @@ def write_outputs(report: dict, store, out: Path) -> dict:
 
 def plan(instances: list[Instance], cfg: HeldoutConfig, store, llm_reason: str | None) -> dict:
     """What a run would do, evaluating nothing (--dry-run)."""
+    from klineage.apply.materialize import make_buildable, sweep_space
+    buildable = make_buildable(cfg.sweep_axes)
     library = store.skills()
     sources = skill_sources(store, library)
     fams = sorted({i.family for i in instances}, key=FAMILIES.index)
@@ -521,7 +529,8 @@ def plan(instances: list[Instance], cfg: HeldoutConfig, store, llm_reason: str |
                                     for f in fams}},
             "llm": llm_reason or "runs",
             "instances": [{"instance": i.name, "family": i.family, "starts": {k: v[0] for k, v in i.starts.items()},
-                           "tunables": tunables(i.starts["idiom"][1]), "reference": i.workload.vendor_name,
+                           "tunables": tunables(i.starts["idiom"][1]),
+                           "sweep_space": sweep_space(i.starts["idiom"][1], buildable), "reference": i.workload.vendor_name,
                            "fallback": i.fallback_name, "first_sweep_round": first_sweep_round(i, cfg, library, sources)}
                           for i in instances]}
 
@@ -531,16 +540,17 @@ def first_sweep_round(inst: Instance, cfg: HeldoutConfig, library: list[dict], s
     static facts decide them: retrieval without the start's measured bottleneck class (the run adds
     it, which can drop a skill whose precondition names one), then the steered sweep; the random
     control's first `budget` draws, exactly (a draw nvcc refuses is then replaced by the next)."""
-    from klineage.apply.materialize import random_points, sweep_points
+    from klineage.apply.materialize import make_buildable, random_points, sweep_points
     from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
     idiom = inst.starts["idiom"][1]
+    buildable = make_buildable(cfg.sweep_axes)
     facts = target_facts(inst.workload, idiom, PLATFORM_H200, None)
     out = {}
     for cond in ("skills", "control-foreign"):
         if cond in cfg.conditions:
             lib = library if cond == "skills" else foreign_library(library, sources, cfg.foreign.get(inst.family, ()))
             ranked = retrieved_skills(lib, retrieve(lib, facts, admission=cfg.admission))
-            out[cond] = sweep_points(idiom, ranked)[1:]
+            out[cond] = sweep_points(idiom, ranked, buildable)[1:]
     if "control-random" in cfg.conditions:
-        out["control-random"] = random_points(idiom, cfg.budget, random_seed(cfg.seed, inst.name))[1:]
+        out["control-random"] = random_points(idiom, cfg.budget, random_seed(cfg.seed, inst.name), buildable)[1:]
     return out

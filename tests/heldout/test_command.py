@@ -696,7 +696,8 @@ def test_recorded_h200_run_replays_to_its_report(tmp_path, monkeypatch):
                                   "--out", str(tmp_path / "out"), "--replay", "--records", str(H200),
                                   "--instances", names, "--quiet",
                                   # the recorded run's rounds (the pipeline may have moved on to more)
-                                  "--sweep-rounds", str(want["config"].get("sweep_rounds", 1))])
+                                  "--sweep-rounds", str(want["config"].get("sweep_rounds", 1)),
+                                  "--sweep-axes", want["config"].get("sweep_axes", "source")])
     assert r.exit_code == 0, r.output[-3000:]
     got = json.loads((tmp_path / "out" / "heldout.json").read_text())
     for rep in (want, got):
@@ -731,6 +732,9 @@ def test_recorded_one_round_reduction_run_replays_where_its_search_is_unchanged(
     toml = (ROOT / "pipelines" / "heldout.toml").read_text()
     assert "\nbacklog_us = " in toml and "backlog_us" not in want["config"]["timing"]
     toml = re.sub(r"\nbacklog_us = \d+\n", "\n", toml)
+    # and its sweep counted every grid point when it chose its axes (sweep_axes came later too)
+    assert '\nsweep_axes = "buildable"\n' in toml and "sweep_axes" not in want["config"]
+    toml = toml.replace('\nsweep_axes = "buildable"\n', "\n")
     toml = toml.replace('root = "heldout"', f'root = "{ROOT / "heldout"}"')
     (tmp_path / "pipelines").mkdir()
     (tmp_path / "pipelines" / "heldout.toml").write_text(toml)
