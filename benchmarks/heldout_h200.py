@@ -150,9 +150,55 @@ class BackgroundBuild:
                 "wall_s_at_stop": round(time.perf_counter() - self.t0, 1)}
 
 
+def write_front_end_answers(path: Path, instances, cfg) -> int:
+    """Ask nvcc's front end every question prebuild_jobs asks of these instances (their axes, first
+    sweep rounds and prebuilt grids), in a build cache of its own, and pack its answers into `path`."""
+    import tarfile
+    import tempfile
+
+    from klineage.heldout.run import skill_sources
+    from klineage.store import open_store
+    before = os.environ.get("KLINEAGE_BUILD_CACHE")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["KLINEAGE_BUILD_CACHE"] = tmp
+        db = Path(tmp) / "lib.duckdb"
+        shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
+        store = open_store(db)
+        try:
+            lib = store.skills()
+            prebuild_jobs(instances, cfg, lib, skill_sources(store, lib))
+        finally:
+            store.close()
+            if before is None:
+                os.environ.pop("KLINEAGE_BUILD_CACHE", None)
+            else:
+                os.environ["KLINEAGE_BUILD_CACHE"] = before
+        answers = Path(tmp) / "front_end"
+        n = sum(1 for p in answers.rglob("*") if p.is_file()) if answers.is_dir() else 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(path, "w:xz") as tar:
+            if n:
+                tar.add(answers, arcname="front_end")
+    print(f"front-end answers: {n} written to {path}", flush=True)
+    return 0
+
+
+def unpack_front_end(path: Path) -> int:
+    """Unpack answers written by write_front_end_answers into this machine's build cache; their count."""
+    import tarfile
+
+    from klineage import settings
+    root = settings.build_cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path) as tar:
+        members = [m for m in tar.getmembers() if m.name == "front_end" or m.name.startswith("front_end/")]
+        tar.extractall(root, members=members, filter="data")
+    return sum(1 for m in members if m.isfile())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=None, help="the output folder (required, but with --front-end-answers)")
     ap.add_argument("--config", type=Path, default=ROOT / "pipelines" / "heldout.toml")
     ap.add_argument("--db", type=Path, default=Path("/tmp/klineage_heldout_h200.duckdb"),
                     help="the run's database, a copy of the library made when missing (outside DIR: a warm machine's "
@@ -169,7 +215,16 @@ def main() -> int:
                     "background beside the run (with --prebuild-wait: all of them before it starts)")
     ap.add_argument("--prebuild-wait", action="store_true")
     ap.add_argument("--tag", default=None)
+    ap.add_argument("--front-end-answers", type=Path, default=None, metavar="TAR_XZ",
+                    help="write the nvcc front-end answers the plan asks (sweep_axes = \"buildable\": the axes, first "
+                         "rounds and prebuilt grids of the selected instances) to TAR_XZ and exit; run it where nvcc is "
+                         "the device's version, to carry them (benchmarks/device_site.sh h)")
+    ap.add_argument("--front-end-cache", type=Path, default=None, metavar="TAR_XZ",
+                    help="unpack answers written by --front-end-answers into the build cache first (answers are keyed "
+                         "by nvcc's version: another version's are never read)")
     ns = ap.parse_args()
+    if ns.out is None and ns.front_end_answers is None:
+        ap.error("--out is required")
     import dataclasses
 
     from klineage.gate.gate import Gate
@@ -183,6 +238,11 @@ def main() -> int:
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None  # noqa: E731
     families, names = split(ns.families), split(ns.instances)
     tag = ns.tag or "_".join(names or families or ["all"])
+    if ns.front_end_answers is not None:
+        hp = load_pipeline(ns.config).run
+        return write_front_end_answers(ns.front_end_answers, load_instances(hp.root, families, names), hp.config)
+    if ns.front_end_cache is not None:
+        print(f"front-end answers: {unpack_front_end(ns.front_end_cache)} unpacked", flush=True)
     ns.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     env = environment()

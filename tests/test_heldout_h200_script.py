@@ -149,3 +149,53 @@ def test_background_build_compiles_in_the_runs_order_and_stop_drops_the_rest(mon
     release.set()
     bg.pool.shutdown(wait=True)
     assert started == ["k0", "k1"] and out["jobs"] == 2 and out["kernels"] == 10 and out["built_or_cached"] == 0
+
+
+def test_with_buildable_axes_prebuild_takes_the_grid_points_that_build(monkeypatch, library):
+    """sweep_axes = "buildable": attention sweeps 4 axes (81 points, over PREBUILD_GRID) and the
+    prebuild takes the grid's buildable points, none the check refuses."""
+    import klineage.apply.materialize as mat
+    from tests.apply.test_sweep_axes import Fake, attention_rule
+
+    check = Fake(attention_rule)
+    monkeypatch.setattr(mat, "make_buildable", lambda axes, arch=None: check if axes == "buildable" else None)
+    (inst,) = load_instances(ROOT / "heldout", ["attention"], ["attn_gqa_b2_s2048"])
+    idiom = inst.starts["idiom"][1]
+    cfg = HeldoutConfig(sweep_rounds=3, sweep_axes="buildable")
+    jobs = _jobs(monkeypatch, [inst], cfg, library)
+    grid = sweep_grid(idiom, check)
+    assert len(grid) == 81 > heldout_h200.PREBUILD_GRID
+    flags = lambda pts: {(idiom, point_flags(p)) for p in pts}  # noqa: E731
+    built = [p for p in grid[1:] if attention_rule({**mat.tunables(idiom), **p})]
+    assert built and flags(built) <= jobs
+    first = first_sweep_round(inst, cfg, *library)
+    refused = flags(grid[1:]) - flags(built)
+    # the steered rounds hold no refused point; only control-random's unfiltered draws may
+    steered = flags(first["skills"]) | flags(first["control-foreign"])
+    assert steered <= jobs and not steered & refused
+    assert jobs & refused <= flags(first["control-random"])
+
+
+def test_front_end_answers_travel_to_another_machines_build_cache(tmp_path, monkeypatch):
+    """--front-end-answers packs the answers the plan asked for; --front-end-cache unpacks them into
+    another build cache, where the same questions run no nvcc."""
+    import klineage.gate.compile as compile_mod
+
+    monkeypatch.setattr(compile_mod, "nvcc_version", lambda nvcc="nvcc": "13.0, V13.0.88")
+    monkeypatch.setattr(compile_mod, "_run_nvcc", lambda cmd, *a, **k: (0 if "-DN=1" in cmd else 2, ""))
+    asks = [("-DN=1",), ("-DN=2",)]
+    src = "#ifndef N\n#define N 0\n#endif\n__global__ void k() { static_assert(N == 1, \"\"); }\n"
+
+    def plan(instances, cfg, lib, sources):  # what prebuild_jobs asks, cut to two questions
+        return [compile_mod.front_end_accepts(src, extra_flags=f) for f in asks]
+    monkeypatch.setattr(heldout_h200, "prebuild_jobs", plan)
+    monkeypatch.setenv("KLINEAGE_BUILD_CACHE", str(tmp_path / "unused"))
+    packed = tmp_path / "fe.tar.xz"
+    assert heldout_h200.write_front_end_answers(packed, [], HeldoutConfig()) == 0
+    monkeypatch.setenv("KLINEAGE_BUILD_CACHE", str(tmp_path / "device"))
+    assert heldout_h200.unpack_front_end(packed) == 2
+
+    def no_nvcc(*a, **k):
+        raise AssertionError("nvcc ran for a question already answered")
+    monkeypatch.setattr(compile_mod, "_run_nvcc", no_nvcc)
+    assert [compile_mod.front_end_accepts(src, extra_flags=f) for f in asks] == [True, False]
