@@ -620,7 +620,8 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
               help="Final measurements of each condition's kernel, each in a worker of its own (default 2).")
 @click.option("--sweep-rounds", type=int, default=None,
               help="Rounds of the steered sweep (skills, control-foreign): 1 sweeps the start's neighbourhood once, "
-                   "N > 1 sweeps again around each kept winner within the budget (default 1).")
+                   "N > 1 sweeps again around each kept winner (after a round that kept none, the next points "
+                   "of the same order) within the budget (default 1).")
 @click.option("--sweep-axes", type=click.Choice(["source", "buildable"]), default=None,
               help="How the sweep counts its grid when it picks its axes: every configuration, or only those "
                    "nvcc's front end accepts (the kernel's static checks; needs nvcc) (default source).")

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from klineage.apply.materialize import (SWEEP_AXES, Candidate, RulesMaterializer, bake, make_buildable, make_sweep,
-                                       tunables)
+from klineage.apply.materialize import (MAX_SWEEP, SWEEP_AXES, Candidate, RulesMaterializer, bake, make_buildable,
+                                       make_sweep, tunables)
 from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
 from klineage.gate.gate import Gate, GateResult, kernel_hash
 from klineage.lineage.walk import compare_timing
@@ -48,9 +48,10 @@ class ApplyConfig:
     # (klineage.apply.materialize.make_sweep). Left out of to_dict when None, so run ids of
     # steered runs are what they were before the option existed.
     sweep: dict | None = None
-    # Rounds of the steered sweep: 1 sweeps the start's neighbourhood once; N > 1 sweeps again around
-    # each kept winner (a coordinate search), skipping configurations this run already gated, until
-    # N rounds, the budget, or a round with nothing new. Left out of to_dict when 1 (run ids as before).
+    # Rounds of the steered sweep: 1 sweeps the start's neighbourhood once (sweep_points); N > 1 sweeps
+    # again around each kept winner (a coordinate search), and after a round that kept none takes the
+    # next points of the same kernel's sweep order, skipping configurations this run already gated,
+    # until N rounds, the budget, or an order with nothing new. Left out of to_dict when 1 (run ids as before).
     sweep_rounds: int = 1
     # How the sweep counts its grid when it chooses its axes (klineage.apply.materialize._axes):
     # "source", every configuration; "buildable", only those nvcc's front end accepts (the kernel's
@@ -176,7 +177,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                 if baked.passed:  # the baked source stands alone; else the flags stay with the kernel
                     new = Best(source, baked, (), new.history)
                 if rounds[_family(new.source)] >= cfg.sweep_rounds:
-                    tried.add((new.key, "sweep"))  # no sweep around its own winner
+                    exhausted.add(new.key)  # no sweep around its own winner
             best = new
         store.put_apply_step(run_id, step)
         return still
@@ -191,6 +192,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
     best = Best(start, first)
     tried: set[tuple[str, str]] = set()  # (kernel hash, skill id or sweep) already tried
     rounds: dict[str, int] = collections.Counter()  # sweep rounds per kernel up to its tunables' values
+    exhausted: set[str] = set()  # best kernels whose sweep order is spent (the random control's: at once)
     swept: set[tuple] = {_config_key(start, {})}  # the configurations the sweep has gated (or started from)
     mats = {"rules": RulesMaterializer(), "sweep": make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, gate.config.arch))}
     if "llm" in cfg.materializers:
@@ -211,12 +213,18 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
         for backend in cfg.materializers:
             if backend == "sweep":
                 fam = _family(best.source)
-                if (bh, "sweep") not in tried and rounds[fam] < max(1, cfg.sweep_rounds):
-                    tried.add((bh, "sweep"))
-                    rounds[fam] += 1
-                    pts = mats["sweep"].propose_all(retrieved_skills(skills, retrieval), best.source, wl)
-                    keyed = [(_config_key(c.source, c.config), c) for c in pts]
-                    queue += [("sweep", c, None) for k, c in keyed if k not in swept]
+                if bh not in exhausted and rounds[fam] < max(1, cfg.sweep_rounds):
+                    # a round: the next points of this kernel's sweep order not gated yet; a round that
+                    # keeps no winner is followed, rounds and budget allowing, by the next ones
+                    src = best.source
+                    pts = mats["sweep"].propose_all(retrieved_skills(skills, retrieval), src, wl,
+                                                    skip=lambda p: _config_key(src, p) in swept)
+                    if cfg.sweep is not None or len(pts) < MAX_SWEEP - 1:
+                        exhausted.add(bh)
+                    keyed = [(k, c) for k, c in ((_config_key(c.source, c.config), c) for c in pts) if k not in swept]
+                    if keyed:
+                        rounds[fam] += 1
+                    queue += [("sweep", c, None) for _, c in keyed]
                     swept.update(k for k, _ in keyed)
                 continue
             for c in retrieval["candidates"]:

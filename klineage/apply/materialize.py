@@ -6,8 +6,8 @@
              #ifndef NAME
              #define NAME <integer>
              #endif
-         a sweep of 5-7 points over those constants, passed as -DNAME=value, steered by the retrieved
-         skills: values their cards' example configurations name for constants of the same role
+         a sweep of 5-7 points a round over those constants (the head of sweep_order, which ranks
+         the whole grid), passed as -DNAME=value, steered by the retrieved skills: values their cards' example configurations name for constants of the same role
          (block size, unroll / vector / coarsening factor) come first, then the default's neighbours;
          the winner is written back into the source (`bake`), so the kept kernel stands alone;
              or, for a control without the library (`random_points`), points drawn at random
@@ -161,10 +161,13 @@ def _axes(tun: dict[str, int], source: str = "", buildable: Buildable | None = N
     return names
 
 
-def sweep_points(source: str, skills: list[dict], buildable: Buildable | None = None) -> list[dict[str, int]]:
-    """5-7 configurations over the source's swept tunables (_axes); [] when it exposes none.
-    The default is always the first point; steered values come before plain neighbours. With
-    `buildable`, points the kernel's static checks refuse are left out before the cut to 7."""
+def sweep_order(source: str, skills: list[dict], buildable: Buildable | None = None) -> list[dict[str, int]]:
+    """Every configuration the steered sweep can give the source's swept tunables (_axes), in the
+    order it gates them; [] when the source exposes none. The default first; then the head that is
+    a round's points: the cards' configurations (MAX_JOINT of them; with `buildable`, of those that
+    build), one axis moved at a time with the steered values leading, and for two axes the pairs of
+    each one's first two values; then the rest, by the number of axes moved and the values' ranks.
+    Points are not checked here (next_points checks them as it takes them)."""
     tun = tunables(source)
     if not tun:
         return []
@@ -191,10 +194,33 @@ def sweep_points(source: str, skills: list[dict], buildable: Buildable | None = 
     if len(names) == 2:
         for a, b in itertools.product(axes[names[0]][:2], axes[names[1]][:2]):
             points.append({names[0]: a, names[1]: b})
-    uniq = list({tuple(sorted(p.items())): p for p in points}.values())
-    if buildable is not None and len(uniq) > 1:
-        uniq = uniq[:1] + [p for p, ok in zip(uniq[1:], buildable(source, uniq[1:])) if ok]
-    return uniq[:MAX_SWEEP]
+    # the rest: the other cards' configurations, then every other combination of the axes' values
+    points += joint[MAX_JOINT:]
+    ranked = [[tun[n]] + axes[n] for n in names]
+    rest = sorted(itertools.product(*(range(len(r)) for r in ranked)),
+                  key=lambda ix: (sum(i > 0 for i in ix), sum(ix), ix))
+    points += [{n: ranked[k][i] for k, (n, i) in enumerate(zip(names, ix))} for ix in rest]
+    return list({tuple(sorted(p.items())): p for p in points}.values())
+
+
+def next_points(source: str, order: list[dict[str, int]], n: int, buildable: Buildable | None = None,
+                skip: Callable[[dict[str, int]], bool] | None = None) -> list[dict[str, int]]:
+    """The first `n` points of `order` (the default, order[0], left out) that `skip` does not name
+    and, with `buildable`, that the kernel builds: checked a few at a time, as many as it takes."""
+    out: list[dict[str, int]] = []
+    todo = [p for p in order[1:] if skip is None or not skip(p)]
+    while todo and len(out) < n:
+        chunk, todo = todo[:max(2 * (n - len(out)), 4)], todo[max(2 * (n - len(out)), 4):]
+        ok = buildable(source, chunk) if buildable is not None else [True] * len(chunk)
+        out += [p for p, good in zip(chunk, ok) if good]
+    return out[:n]
+
+
+def sweep_points(source: str, skills: list[dict], buildable: Buildable | None = None) -> list[dict[str, int]]:
+    """A round's 5-7 configurations from the start: the default, then the first points of
+    sweep_order (with `buildable`, of those the kernel builds); [] when it exposes no tunables."""
+    order = sweep_order(source, skills, buildable)
+    return order[:1] + next_points(source, order, MAX_SWEEP - 1, buildable) if order else []
 
 
 def sweep_space(source: str, buildable: Buildable | None = None) -> dict[str, list[int]]:
@@ -303,13 +329,16 @@ class SweepMaterializer:
     def __init__(self, buildable: Buildable | None = None):
         self.buildable = buildable
 
-    def propose_all(self, skills: list[dict], kernel: str, wl: Workload) -> list[Candidate]:
-        pts = sweep_points(kernel, skills, self.buildable)
-        if len(pts) < 2:
+    def propose_all(self, skills: list[dict], kernel: str, wl: Workload,
+                    skip: Callable[[dict[str, int]], bool] | None = None, n: int = MAX_SWEEP - 1) -> list[Candidate]:
+        """The next `n` points of sweep_order (the default, the kernel itself, left out) that `skip`
+        does not name (the configurations already gated), fewer when the order runs out."""
+        order = sweep_order(kernel, skills, self.buildable)
+        if len(order) < 2:
             return []
         steer = sorted({s["name"] for s in skills})
         out = []
-        for p in pts[1:]:  # the default is the current kernel itself
+        for p in next_points(kernel, order, n, self.buildable, skip):
             out.append(Candidate(kernel, self.name, None, None, flags=point_flags(p), config=dict(p),
                                  note=f"sweep point {p} (steered by {len(steer)} skills)",
                                  steered_by=steered_by(skills, kernel, p)))
@@ -331,7 +360,9 @@ class RandomSweepMaterializer(SweepMaterializer):
         super().__init__(buildable)
         self.points, self.seed = points, seed
 
-    def propose_all(self, skills: list[dict], kernel: str, wl: Workload) -> list[Candidate]:
+    def propose_all(self, skills: list[dict], kernel: str, wl: Workload,
+                    skip: Callable[[dict[str, int]], bool] | None = None, n: int | None = None) -> list[Candidate]:
+        """The whole permutation at once (the loop's budget cuts it); `skip` and `n` are not used."""
         out = []
         b = self.buildable
         for p in random_points(kernel, len(sweep_grid(kernel, b)), self.seed, b)[1:]:

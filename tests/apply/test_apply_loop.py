@@ -381,3 +381,25 @@ def test_a_sweep_point_nvcc_refuses_spends_no_budget_and_the_random_control_draw
     finally:
         RefusingGate.error_kind = "nvcc_error"
     assert [s["config"] for s in slow["steps"] if s["kind"] == "candidate"] == order[:budget]
+
+
+def test_a_round_that_keeps_no_winner_is_followed_by_the_next_points_of_the_same_order(lib):
+    """Where no point beats the start (every configuration equally fast), one round gates the first
+    6 points of the start's sweep order and stops; with rounds to spare the sweep goes on down the
+    same order, so the steered search spends its budget as the random control does."""
+    from klineage.apply.materialize import MAX_SWEEP, sweep_order
+    d = ROOT / "apply_workloads" / "gelu"
+    wl = load_workload(d)
+    start = (d / "naive.cu").read_text().replace(
+        "#ifndef GELU_BLOCK", "#ifndef GELU_ITEMS\n#define GELU_ITEMS 4\n#endif\n#ifndef GELU_BLOCK", 1)
+    order = sweep_order(start, [])
+    assert len(order) > 13 and sweep_points(start, []) == order[:MAX_SWEEP]
+    flat = lambda: ScriptedGate(store=lib, latency=lambda src: 50.0)  # noqa: E731
+    one = apply(lib, flat(), wl, start, "gelu+items", ApplyConfig(materializers=("sweep",), budget_steps=12), skills=[])
+    gated = [s["config"] for s in one["steps"] if s["backend"] == "sweep"]
+    assert gated == order[1:MAX_SWEEP] and one["stop_reason"] == "no_candidates"
+    more = apply(lib, flat(), wl, start, "gelu+items",
+                 ApplyConfig(materializers=("sweep",), budget_steps=12, sweep_rounds=3), skills=[])
+    gated = [s["config"] for s in more["steps"] if s["backend"] == "sweep"]
+    assert gated == order[1:13] and more["stop_reason"] == "budget_steps"
+    assert not any(s["accepted"] for s in more["steps"] if s["backend"] == "sweep")

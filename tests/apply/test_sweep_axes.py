@@ -176,3 +176,24 @@ def test_nvcc_front_end_reads_the_attention_kernels_static_checks(tmp_path, monk
     refused = compile_mod.compile_kernel(src, extra_flags=point_flags({"ATTN_BLOCK_M": 256, "ATTN_WARPS": 4}),
                                          cache_dir=tmp_path / "b")
     assert not refused.ok and refused.error_kind == "nvcc_error"
+
+
+def test_a_round_fills_its_places_from_further_down_the_order_asking_only_what_it_takes():
+    """Where the head of the sweep order holds fewer than 6 points the kernel builds, the round takes
+    the next buildable ones from further down; the check is asked a few points at a time, not about
+    the whole grid."""
+    from klineage.apply.materialize import MAX_SWEEP, next_points, sweep_order
+    src = (KERNELS / "attn_idiom.cu").read_text()
+    check = Fake(attention_rule)
+    sweep_space(src, check)  # the axes' own questions
+    check.asked.clear()
+    order = sweep_order(src, [], check)
+    pts = sweep_points(src, [], check)
+    assert len(pts) == MAX_SWEEP and all(attention_rule(p) for p in pts)
+    assert len(check.asked) < len(order) - 1 == 80
+    head = [p for p in order[1:MAX_SWEEP] if attention_rule(p)]
+    assert pts[1:1 + len(head)] == head and len(head) < MAX_SWEEP - 1  # refused head points, filled from below
+    seen = {tuple(sorted(p.items())) for p in pts}
+    after = next_points(src, order, 6, check, skip=lambda p: tuple(sorted(p.items())) in seen)
+    assert len(after) == 6 and not {tuple(sorted(p.items())) for p in after} & seen
+    assert [p for p in order if p in after] == after  # in the order's order
