@@ -94,7 +94,8 @@ def prebuild_jobs(instances, cfg, library, sources) -> list[tuple[str, tuple[str
     """(source, flags) of every kernel the conditions will gate first, instance by instance in the
     run's order: each start kernel, the first sweep round of each searching condition
     (klineage.heldout.run.first_sweep_round, what the dry run prints) and the unsteered one, and, when
-    cfg.sweep_rounds > 1, the idiom kernel's whole sweep grid where it has at most PREBUILD_GRID points
+    cfg.sweep_rounds > 1, the steered conditions' second round at the start (what they gate where the
+    first keeps no winner) and the idiom kernel's whole sweep grid where it has at most PREBUILD_GRID points
     (each later round's points are one axis away from a winner); with cfg.sweep_axes = "buildable", only
     the grid's points the kernel's static checks accept."""
     from klineage.apply.materialize import make_buildable, point_flags, sweep_grid, sweep_points
@@ -106,8 +107,8 @@ def prebuild_jobs(instances, cfg, library, sources) -> list[tuple[str, tuple[str
         for _, src in inst.starts.values():
             jobs[(src, ())] = None
         idiom = inst.starts["idiom"][1]
-        pts = sweep_points(idiom, [], buildable) + [p for ps in first_sweep_round(inst, cfg, library, sources).values()
-                                                    for p in ps]
+        first = first_sweep_round(inst, cfg, library, sources, rounds=min(2, cfg.sweep_rounds))
+        pts = sweep_points(idiom, [], buildable) + [p for ps in first.values() for p in ps]
         grid = sweep_grid(idiom, buildable) if cfg.sweep_rounds > 1 else []
         if buildable is not None and grid:
             grid = grid[:1] + [p for p, ok in zip(grid[1:], buildable(idiom, grid[1:])) if ok]

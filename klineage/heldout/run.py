@@ -535,12 +535,15 @@ def plan(instances: list[Instance], cfg: HeldoutConfig, store, llm_reason: str |
                           for i in instances]}
 
 
-def first_sweep_round(inst: Instance, cfg: HeldoutConfig, library: list[dict], sources: dict) -> dict:
+def first_sweep_round(inst: Instance, cfg: HeldoutConfig, library: list[dict], sources: dict,
+                      rounds: int = 1) -> dict:
     """The points each searching condition gates first on the idiom kernel, as far as the kernel's
     static facts decide them: retrieval without the start's measured bottleneck class (the run adds
-    it, which can drop a skill whose precondition names one), then the steered sweep; the random
-    control's first `budget` draws, exactly (a draw nvcc refuses is then replaced by the next)."""
-    from klineage.apply.materialize import make_buildable, random_points, sweep_points
+    it, which can drop a skill whose precondition names one), then the steered sweep (with `rounds`
+    > 1, as many rounds' points of the start's sweep order: what the steered search gates where no
+    round keeps a winner); the random control's first `budget` draws, exactly (a draw nvcc refuses is
+    then replaced by the next)."""
+    from klineage.apply.materialize import MAX_SWEEP, make_buildable, next_points, random_points, sweep_order
     from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
     idiom = inst.starts["idiom"][1]
     buildable = make_buildable(cfg.sweep_axes)
@@ -550,7 +553,7 @@ def first_sweep_round(inst: Instance, cfg: HeldoutConfig, library: list[dict], s
         if cond in cfg.conditions:
             lib = library if cond == "skills" else foreign_library(library, sources, cfg.foreign.get(inst.family, ()))
             ranked = retrieved_skills(lib, retrieve(lib, facts, admission=cfg.admission))
-            out[cond] = sweep_points(idiom, ranked, buildable)[1:]
+            out[cond] = next_points(idiom, sweep_order(idiom, ranked, buildable), rounds * (MAX_SWEEP - 1), buildable)
     if "control-random" in cfg.conditions:
         out["control-random"] = random_points(idiom, cfg.budget, random_seed(cfg.seed, inst.name), buildable)[1:]
     return out
