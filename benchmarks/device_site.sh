@@ -5,8 +5,7 @@
 #   .whlg/             flag-gems and what it imports (sqlalchemy, greenlet, PyYAML, packaging)
 #   .whlf/             fla-core and einops (the gdn vendor reference)
 #   .whlh/site.tar.xz  .whlx without anthropic and its dependencies (~34 MiB): the held-out run needs no
-#                      SDK without a key, and .whlx + .whlg + the repository pass the 64 MiB carry limit;
-#                      .whlh/front_end.tar.xz beside it, nvcc's front-end answers the held-out plan asks
+#                      SDK without a key, and .whlx + .whlg + the repository pass the 64 MiB carry limit
 # On the device:
 #   python3 -c "import tarfile; tarfile.open('.whlx/site.tar.xz').extractall('/tmp')"
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whlg/*.whl .whlf/*.whl
@@ -45,9 +44,6 @@ for w in "${want[@]}"; do
       (cd /tmp/site_slim/site && rm -rf anthropic* pydantic* anyio* httpx* httpcore* h11* jiter* opentelemetry* \
         docstring_parser* truststore* idna* sniffio* annotated_types* typing_inspection* pygments* distro* certifi*)
       (cd /tmp/site_slim && tar -cJf - site) > .whlh/site.tar.xz
-      # nvcc's front-end answers the held-out plan asks (sweep_axes = "buildable"), from this machine's
-      # nvcc (13.0.88, as the device's): ~20 KB that spare each device call a minute of front-end runs
-      python3 benchmarks/heldout_h200.py --front-end-answers .whlh/front_end.tar.xz
       ;;
     f)
       mkdir -p .whlf

@@ -5,6 +5,7 @@ listed as not run without a key), its evaluations exported for a CPU replay, and
         [--families gemm,attention,reduction] [--instances NAME,...] [--budget N] [--conditions ...]
         [--vendor auto|primary|fallback] [--seed-recorded PATH ...] [--time-limit S] [--prebuild [--prebuild-wait]]
         [--tag NAME]
+    python benchmarks/heldout_h200.py --front-end-answers benchmarks/results/heldout_h200/heldout_h200_plan.front_end.json.gz
 
 Writes under DIR:
   environment.json              GPU and driver (nvidia-smi), nvcc, python, torch, triton, flag_gems, duckdb
@@ -12,6 +13,10 @@ Writes under DIR:
                                 references), what `klineage heldout --replay --records` reads
   report/heldout.json, report/heldout.txt, report/kernels/   the report (klineage.heldout.report schema)
   heldout_h200_<tag>.json       this call: arguments, wall time, whether the time limit cut it, exported count
+  heldout_h200_<tag>.front_end.json.gz   nvcc's front-end answers the run used (which sweep points build,
+                                sweep_axes = "buildable"), so a replay picks the same axes with no nvcc
+Front-end answers recorded in the pipeline's records folder and the --seed-recorded paths (by this
+nvcc version) are read first: --front-end-answers writes the plan's, so a call asks nvcc for none of them.
 The database (--db, default /tmp/klineage_heldout_h200.duckdb, a copy of skills_db/skills.duckdb made
 when missing) stays outside DIR, so a later call on a still-warm machine resumes from it.
 The run can be split over device calls: a call cut by --time-limit (or SIGTERM from `timeout`) exports
@@ -32,6 +37,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
@@ -152,16 +158,13 @@ class BackgroundBuild:
 
 
 def write_front_end_answers(path: Path, instances, cfg) -> int:
-    """Ask nvcc's front end every question prebuild_jobs asks of these instances (their axes, first
-    sweep rounds and prebuilt grids), in a build cache of its own, and pack its answers into `path`."""
-    import tarfile
-    import tempfile
-
+    """Ask nvcc's front end every question prebuild_jobs asks of these instances (their axes, the
+    steered conditions' first two rounds, the prebuilt grids) and write the answers to `path`
+    (klineage.gate.compile.export_front_end_answers)."""
+    from klineage.gate.compile import export_front_end_answers
     from klineage.heldout.run import skill_sources
     from klineage.store import open_store
-    before = os.environ.get("KLINEAGE_BUILD_CACHE")
     with tempfile.TemporaryDirectory() as tmp:
-        os.environ["KLINEAGE_BUILD_CACHE"] = tmp
         db = Path(tmp) / "lib.duckdb"
         shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
         store = open_store(db)
@@ -170,31 +173,9 @@ def write_front_end_answers(path: Path, instances, cfg) -> int:
             prebuild_jobs(instances, cfg, lib, skill_sources(store, lib))
         finally:
             store.close()
-            if before is None:
-                os.environ.pop("KLINEAGE_BUILD_CACHE", None)
-            else:
-                os.environ["KLINEAGE_BUILD_CACHE"] = before
-        answers = Path(tmp) / "front_end"
-        n = sum(1 for p in answers.rglob("*") if p.is_file()) if answers.is_dir() else 0
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(path, "w:xz") as tar:
-            if n:
-                tar.add(answers, arcname="front_end")
+    n = export_front_end_answers(path)
     print(f"front-end answers: {n} written to {path}", flush=True)
     return 0
-
-
-def unpack_front_end(path: Path) -> int:
-    """Unpack answers written by write_front_end_answers into this machine's build cache; their count."""
-    import tarfile
-
-    from klineage import settings
-    root = settings.build_cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path) as tar:
-        members = [m for m in tar.getmembers() if m.name == "front_end" or m.name.startswith("front_end/")]
-        tar.extractall(root, members=members, filter="data")
-    return sum(1 for m in members if m.isfile())
 
 
 def main() -> int:
@@ -216,13 +197,10 @@ def main() -> int:
                     "background beside the run (with --prebuild-wait: all of them before it starts)")
     ap.add_argument("--prebuild-wait", action="store_true")
     ap.add_argument("--tag", default=None)
-    ap.add_argument("--front-end-answers", type=Path, default=None, metavar="TAR_XZ",
+    ap.add_argument("--front-end-answers", type=Path, default=None, metavar="PATH",
                     help="write the nvcc front-end answers the plan asks (sweep_axes = \"buildable\": the axes, first "
-                         "rounds and prebuilt grids of the selected instances) to TAR_XZ and exit; run it where nvcc is "
-                         "the device's version, to carry them (benchmarks/device_site.sh h)")
-    ap.add_argument("--front-end-cache", type=Path, default=None, metavar="TAR_XZ",
-                    help="unpack answers written by --front-end-answers into the build cache first (answers are keyed "
-                         "by nvcc's version: another version's are never read)")
+                         "two rounds and prebuilt grids of the selected instances) to PATH (*.front_end.json.gz) and "
+                         "exit: in the records folder, a device call with the same nvcc reads them instead of asking")
     ns = ap.parse_args()
     if ns.out is None and ns.front_end_answers is None:
         ap.error("--out is required")
@@ -234,28 +212,27 @@ def main() -> int:
     from klineage.heldout.run import llm_status, skill_sources
     from klineage.pipelines import load_pipeline
     from klineage.store import open_store
-    from klineage.store.recorded import import_paths
+    from klineage.gate.compile import FRONT_END_SUFFIX, export_front_end_answers
+    from klineage.store.recorded import import_paths, load_front_end
 
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None  # noqa: E731
     families, names = split(ns.families), split(ns.instances)
     tag = ns.tag or "_".join(names or families or ["all"])
-    if ns.front_end_answers is not None:
-        hp = load_pipeline(ns.config).run
-        return write_front_end_answers(ns.front_end_answers, load_instances(hp.root, families, names), hp.config)
-    if ns.front_end_cache is not None:
-        print(f"front-end answers: {unpack_front_end(ns.front_end_cache)} unpacked", flush=True)
-    ns.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    env = environment()
-    (ns.out / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
-    print("environment:", json.dumps(env), flush=True)
-
     hp = load_pipeline(ns.config).run
     over = {k: v for k, v in (("budget", ns.budget), ("vendor", ns.vendor)) if v is not None}
     if ns.conditions:
         over["conditions"] = tuple(split(ns.conditions))
     hp.config = dataclasses.replace(hp.config, **over)
     instances = load_instances(hp.root, families, names)
+    if ns.front_end_answers is not None:
+        return write_front_end_answers(ns.front_end_answers, instances, hp.config)
+    ns.out.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    (ns.out / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
+    print("environment:", json.dumps(env), flush=True)
+    # answers recorded by this nvcc (the plan's, earlier calls'): the sweep's axes without asking again
+    print(f"front-end answers: {load_front_end(hp.records + list(ns.seed_recorded))} loaded", flush=True)
     db = ns.db
     if not db.exists():
         shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
@@ -315,10 +292,13 @@ def main() -> int:
         except Exception:  # noqa: BLE001 - closing a worker must not lose the export
             pass
         n = store.export_evaluations(ns.out / f"heldout_h200_{tag}.jsonl.gz", workload_hashes=hashes)
+        # every front-end answer the run used, which a replay needs to choose the same sweep axes
+        n_fe = export_front_end_answers(ns.out / f"heldout_h200_{tag}{FRONT_END_SUFFIX}")
         store.close()
     record = {"benchmark": "heldout_h200", "args": {k: str(v) for k, v in vars(ns).items()}, "tag": tag,
               "config": hp.config.to_dict(), "instances": [i.name for i in instances], "environment": env,
               "seeded_from_recorded": seeded, "prebuild": pre, "exported_evaluations": n,
+              "exported_front_end_answers": n_fe,
               "cut_by_time_limit": cut, "failure": failure, "wall_s": round(time.perf_counter() - t0, 1),
               "run_id": report["run_id"] if report else None,
               "verdict": report["summary"]["verdict"] if report else None}

@@ -6,8 +6,7 @@
 #        --seed-recorded benchmarks/results/heldout_h200/heldout_h200_gemm.jsonl.gz
 #   ... and last, without --families, seeded with every family's file: `all`, which writes report/ for the
 #   22 instances and exports all their records (heldout_h200_all.jsonl.gz replaces the family files).
-# Unpacks the carried site (and .whlh/front_end.tar.xz, nvcc's front-end answers, when device_site.sh
-# wrote it), runs benchmarks/heldout_h200.py --prebuild --out $OUT/h --tag TAG with the
+# Unpacks the carried site, runs benchmarks/heldout_h200.py --prebuild --out $OUT/h --tag TAG with the
 # options given, logs to $OUT/h/call_TAG.log (rc last) and prints the log's tail. Copy $OUT/h into
 # benchmarks/results/heldout_h200/ afterwards (records, environment.json, the call's json and log, report/).
 set -u
@@ -21,8 +20,7 @@ log="$out/call_$tag.log"
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whlg/*.whl
 } > "$log" 2>&1 || { echo "site unpack failed"; tail -20 "$log"; exit 2; }
 export PYTHONPATH=/tmp/site:$PWD
-fe=(); [ -f .whlh/front_end.tar.xz ] && fe=(--front-end-cache .whlh/front_end.tar.xz)
-python3 benchmarks/heldout_h200.py --prebuild "${fe[@]}" --out "$out" --tag "$tag" "$@" >> "$log" 2>&1
+python3 benchmarks/heldout_h200.py --prebuild --out "$out" --tag "$tag" "$@" >> "$log" 2>&1
 rc=$?
 echo "rc=$rc" >> "$log"
 tail -45 "$log"

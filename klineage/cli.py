@@ -582,7 +582,9 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
     from klineage.gate.gate import Gate
     from klineage.heldout import load_instances, run_heldout, write_outputs
     from klineage.heldout.run import llm_status
+    from klineage.store.recorded import load_front_end
     instances = load_instances(hp.root, families, names)
+    load_front_end(hp.records, replay=replay)  # which sweep points build, as the recorded run was told
     if replay:
         from klineage.store.recorded import import_paths
         import_paths(store, hp.records)
@@ -681,6 +683,8 @@ def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, f
         if dry_run:
             from klineage.heldout import load_instances
             from klineage.heldout.run import llm_status, plan
+            from klineage.store.recorded import load_front_end
+            load_front_end(hp.records, replay=replay)
             reason = llm_status(replay, hp.config.model, hp.config.budget_usd)[1] if "llm" in hp.config.conditions else None
             p = plan(load_instances(hp.root, _split(families), _split(names)), hp.config, store, reason)
             click.echo(json.dumps(p, indent=1) if as_json else _format_plan(p))

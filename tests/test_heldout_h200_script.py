@@ -176,26 +176,30 @@ def test_with_buildable_axes_prebuild_takes_the_grid_points_that_build(monkeypat
     assert jobs & refused <= flags(first["control-random"])
 
 
-def test_front_end_answers_travel_to_another_machines_build_cache(tmp_path, monkeypatch):
-    """--front-end-answers packs the answers the plan asked for; --front-end-cache unpacks them into
-    another build cache, where the same questions run no nvcc."""
+def test_the_plans_front_end_answers_are_recorded_and_answer_for_nvcc(tmp_path, monkeypatch):
+    """--front-end-answers writes what the plan asked (here cut to two questions); loaded back where no
+    nvcc is, they answer the same questions without it."""
     import klineage.gate.compile as compile_mod
 
+    monkeypatch.setattr(compile_mod, "_FE_RECORDED", {})
+    monkeypatch.setattr(compile_mod, "_FE_SEEN", {})
     monkeypatch.setattr(compile_mod, "nvcc_version", lambda nvcc="nvcc": "13.0, V13.0.88")
-    monkeypatch.setattr(compile_mod, "_run_nvcc", lambda cmd, *a, **k: (0 if "-DN=1" in cmd else 2, ""))
+    monkeypatch.setattr(compile_mod, "_run_nvcc", lambda cmd, *a, **k: (
+        0, "") if "-DN=1" in cmd else (2, "kernel.cu(4): error: static assertion failed"))
+    monkeypatch.setenv("KLINEAGE_BUILD_CACHE", str(tmp_path / "cache"))
     asks = [("-DN=1",), ("-DN=2",)]
     src = "#ifndef N\n#define N 0\n#endif\n__global__ void k() { static_assert(N == 1, \"\"); }\n"
 
     def plan(instances, cfg, lib, sources):  # what prebuild_jobs asks, cut to two questions
         return [compile_mod.front_end_accepts(src, extra_flags=f) for f in asks]
     monkeypatch.setattr(heldout_h200, "prebuild_jobs", plan)
-    monkeypatch.setenv("KLINEAGE_BUILD_CACHE", str(tmp_path / "unused"))
-    packed = tmp_path / "fe.tar.xz"
+    packed = tmp_path / "records" / ("plan" + compile_mod.FRONT_END_SUFFIX)
     assert heldout_h200.write_front_end_answers(packed, [], HeldoutConfig()) == 0
-    monkeypatch.setenv("KLINEAGE_BUILD_CACHE", str(tmp_path / "device"))
-    assert heldout_h200.unpack_front_end(packed) == 2
-
-    def no_nvcc(*a, **k):
-        raise AssertionError("nvcc ran for a question already answered")
-    monkeypatch.setattr(compile_mod, "_run_nvcc", no_nvcc)
+    monkeypatch.setattr(compile_mod, "_FE_SEEN", {})
+    monkeypatch.setattr(compile_mod, "nvcc_version", lambda nvcc="nvcc": "")  # another machine, no nvcc
+    from klineage.errors import InputError
+    with pytest.raises(InputError, match="recorded answers"):
+        compile_mod.front_end_accepts(src, extra_flags=asks[0])
+    from klineage.store.recorded import load_front_end
+    assert load_front_end([tmp_path / "records"]) == 2
     assert [compile_mod.front_end_accepts(src, extra_flags=f) for f in asks] == [True, False]

@@ -7,8 +7,9 @@
              #define NAME <integer>
              #endif
          a sweep of 5-7 points a round over those constants (the head of sweep_order, which ranks
-         the whole grid), passed as -DNAME=value, steered by the retrieved skills: values their cards' example configurations name for constants of the same role
-         (block size, unroll / vector / coarsening factor) come first, then the default's neighbours;
+         the whole grid), passed as -DNAME=value, steered by the retrieved skills: values their
+         cards' example configurations name for constants of the same role (block size, unroll /
+         vector / coarsening factor) come first, then the default's neighbours;
          the winner is written back into the source (`bake`), so the kept kernel stands alone;
              or, for a control without the library (`random_points`), points drawn at random
              from the same axes' default and neighbours;
@@ -210,7 +211,8 @@ def next_points(source: str, order: list[dict[str, int]], n: int, buildable: Bui
     out: list[dict[str, int]] = []
     todo = [p for p in order[1:] if skip is None or not skip(p)]
     while todo and len(out) < n:
-        chunk, todo = todo[:max(2 * (n - len(out)), 4)], todo[max(2 * (n - len(out)), 4):]
+        take = max(2 * (n - len(out)), 4)  # twice what is still wanted: most points build
+        chunk, todo = todo[:take], todo[take:]
         ok = buildable(source, chunk) if buildable is not None else [True] * len(chunk)
         out += [p for p, good in zip(chunk, ok) if good]
     return out[:n]

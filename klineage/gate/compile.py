@@ -244,19 +244,46 @@ def compile_kernel(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str
     return res
 
 
+# Front-end answers by a key without nvcc's version (source, flags, arch): those loaded from a record
+# (load_front_end_answers) are answered first; every definite answer this process got is kept for
+# export_front_end_answers, so a run's sweep axes replay where no nvcc is.
+_FE_RECORDED: dict[str, bool] = {}
+_FE_SEEN: dict[str, bool] = {}
+_FE_LOCK = threading.Lock()
+_SOURCE_ERROR_RE = re.compile(r"kernel\.cu\(\d+\): (?:catastrophic )?error|kernel\.cu:\d+:\d+: (?:fatal )?error|#error")
+
+
+def _fe_key(source: str, flags: list[str], arch: str) -> str:
+    return build_key(source, flags, arch, "")
+
+
 def front_end_accepts(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, ...] = (),
                       cache_dir: Path | None = None, timeout_s: float | None = None) -> bool | None:
     """Whether nvcc's front end (`nvcc -cuda`: the preprocessor and cudafe++, which evaluate the
     kernel's static_asserts and #errors) accepts `source` with these flags; about 1 s against a full
-    build's 5-30 s. True or False is cached on disk beside the builds, by the same kind of key; None
-    (not cached) when it ran past its time limit or out of memory. A point the front end accepts can
-    still fail later (ptxas), and then counts as any refused build does. Raises InputError when nvcc
-    is not on PATH: the question needs it."""
+    build's 5-30 s. A recorded answer (load_front_end_answers) comes first. True or False is cached on
+    disk beside the builds, by the same kind of key: False only when nvcc named an error in the
+    kernel. None (not cached) when it ran past its time limit, out of memory, or failed for another
+    reason. A point the front end accepts can still fail later (ptxas), and then counts as any
+    refused build does. Raises InputError when nvcc is not on PATH and no answer was recorded."""
+    flags = ["-cuda"] + arch_flags(arch) + list(extra_flags)
+    plain = _fe_key(source, flags, arch)
+    with _FE_LOCK:
+        got = _FE_RECORDED.get(plain)
+    if got is None:
+        got = _front_end(source, flags, arch, cache_dir, timeout_s)
+    if got is not None:
+        with _FE_LOCK:
+            _FE_SEEN[plain] = got
+    return got
+
+
+def _front_end(source: str, flags: list[str], arch: str, cache_dir: Path | None, timeout_s: float | None) -> bool | None:
     version = nvcc_version()
     if not version:
         raise InputError("nvcc not found on PATH: telling which sweep points build asks nvcc's front end; "
-                         "install the CUDA toolkit (nvcc 13) or add it to PATH")
-    flags = ["-cuda"] + arch_flags(arch) + list(extra_flags)
+                         "install the CUDA toolkit (nvcc 13) or add it to PATH, or replay with the run's "
+                         "recorded answers (*.front_end.json.gz beside its records)")
     key = build_key(source, flags, arch, version)
     root = Path(cache_dir or settings.build_cache_dir()) / "front_end"
     mark = root / key[:2] / key
@@ -273,13 +300,52 @@ def front_end_accepts(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[
                               default_timeout if timeout_s is None else timeout_s, memory_mb)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if code is None or (code != 0 and memory_mb and _out_of_memory(log, code)):
-        return None
+    if code is None or (code != 0 and not _SOURCE_ERROR_RE.search(log)):
+        return None  # not an answer about the kernel (a time limit, memory, the machine): asked again later
     mark.parent.mkdir(parents=True, exist_ok=True)
     part = mark.with_name(f"{key}.{os.getpid()}.{threading.get_ident()}.part")
     part.write_text("accepted" if code == 0 else "refused")
     os.replace(part, mark)
     return code == 0
+
+
+FRONT_END_SUFFIX = ".front_end.json.gz"
+
+
+def export_front_end_answers(path: Path) -> int:
+    """Write every definite front-end answer this process got (PATH, named *.front_end.json.gz) with
+    nvcc's version; their count."""
+    import gzip
+    with _FE_LOCK:
+        answers = dict(sorted(_FE_SEEN.items()))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as fh:
+        json.dump({"nvcc": nvcc_version(), "answers": answers}, fh)
+    return len(answers)
+
+
+def load_front_end_answers(path: Path, replay: bool = False) -> int:
+    """Take the answers of a file export_front_end_answers wrote as this process's first answers; their
+    count. Outside a replay they are taken only from the nvcc this machine has (the same version) or
+    where it has none; in a replay always, since they are what the recorded run saw. Raises InputError
+    for a file that is not such a record."""
+    import gzip
+    try:
+        with gzip.open(path, "rt") as fh:
+            data = json.load(fh)
+        answers = data["answers"]
+        if not all(isinstance(k, str) and isinstance(v, bool) for k, v in answers.items()):
+            raise ValueError("answers must map keys to true or false")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path}: not a front-end answer record ({exc}); write one with "
+                         "klineage.gate.compile.export_front_end_answers or remove it") from None
+    here = nvcc_version()
+    if not replay and here and data.get("nvcc") != here:
+        return 0
+    with _FE_LOCK:
+        _FE_RECORDED.update(answers)
+    return len(answers)
 
 
 _OOM_RE = re.compile(r"out of memory|std::bad_alloc|cannot allocate memory|memory exhausted", re.I)

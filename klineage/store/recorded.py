@@ -26,3 +26,17 @@ def import_paths(store, paths) -> tuple[int, int]:
             i, s = store.import_evaluations(f)
             ins, skip = ins + i, skip + s
     return ins, skip
+
+
+def load_front_end(paths, replay: bool = False) -> int:
+    """Load the nvcc front-end answers recorded beside the records (`*.front_end.json.gz` files, or
+    those of the folders among `paths`: klineage.gate.compile.load_front_end_answers); their count.
+    They decide which sweep points a kernel builds, so a replay chooses the recorded run's axes on a
+    machine without nvcc."""
+    from klineage.gate.compile import FRONT_END_SUFFIX, load_front_end_answers
+    n = 0
+    for p in map(Path, paths):
+        files = sorted(p.glob("*" + FRONT_END_SUFFIX)) if p.is_dir() else [p] if p.name.endswith(FRONT_END_SUFFIX) else []
+        for f in files:
+            n += load_front_end_answers(f, replay=replay)
+    return n

@@ -393,7 +393,12 @@ def test_a_round_that_keeps_no_winner_is_followed_by_the_next_points_of_the_same
     start = (d / "naive.cu").read_text().replace(
         "#ifndef GELU_BLOCK", "#ifndef GELU_ITEMS\n#define GELU_ITEMS 4\n#endif\n#ifndef GELU_BLOCK", 1)
     order = sweep_order(start, [])
-    assert len(order) > 13 and sweep_points(start, []) == order[:MAX_SWEEP]
+    # the order's head is the first round as it was before the order ranked the rest of the grid
+    first = [(4, 128), (8, 128), (16, 128), (2, 128), (4, 256), (4, 512), (4, 64)]
+    assert [(p["GELU_ITEMS"], p["GELU_BLOCK"]) for p in order[:MAX_SWEEP]] == first
+    assert sweep_points(start, []) == order[:MAX_SWEEP] and len(order) > 13
+    assert [(p["GELU_ITEMS"], p["GELU_BLOCK"]) for p in order[MAX_SWEEP:13]] == [
+        (8, 256), (8, 512), (16, 256), (16, 512), (4, 1024), (1, 128)]  # then pairs, by the values' ranks
     flat = lambda: ScriptedGate(store=lib, latency=lambda src: 50.0)  # noqa: E731
     one = apply(lib, flat(), wl, start, "gelu+items", ApplyConfig(materializers=("sweep",), budget_steps=12), skills=[])
     gated = [s["config"] for s in one["steps"] if s["backend"] == "sweep"]

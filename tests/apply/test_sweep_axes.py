@@ -197,3 +197,30 @@ def test_a_round_fills_its_places_from_further_down_the_order_asking_only_what_i
     after = next_points(src, order, 6, check, skip=lambda p: tuple(sorted(p.items())) in seen)
     assert len(after) == 6 and not {tuple(sorted(p.items())) for p in after} & seen
     assert [p for p in order if p in after] == after  # in the order's order
+
+
+def test_recorded_answers_come_first_where_they_are_this_nvccs_or_in_a_replay(tmp_path, monkeypatch):
+    """export/load of front-end answers: another nvcc version's answers are left out of a live run and
+    taken in a replay (they are what the recorded run saw); a failure that names no error in the
+    kernel (the machine's, not the kernel's) is no answer and is not cached; a damaged record is a
+    clear error."""
+    monkeypatch.setattr(compile_mod, "_FE_RECORDED", {})
+    monkeypatch.setattr(compile_mod, "_FE_SEEN", {})
+    monkeypatch.setattr(compile_mod, "nvcc_version", lambda nvcc="nvcc": "13.0, V13.0.88")
+    src = "__global__ void k() {}\n"
+    monkeypatch.setattr(compile_mod, "_run_nvcc", lambda *a, **k: (1, "nvcc fatal   : Could not open output file"))
+    assert compile_mod.front_end_accepts(src, cache_dir=tmp_path) is None
+    assert not any(p.is_file() for p in (tmp_path / "front_end").rglob("*"))
+    monkeypatch.setattr(compile_mod, "_run_nvcc", lambda *a, **k: (2, "kernel.cu(1): error: expected a \";\""))
+    assert compile_mod.front_end_accepts(src, cache_dir=tmp_path) is False
+    rec = tmp_path / ("run" + compile_mod.FRONT_END_SUFFIX)
+    assert compile_mod.export_front_end_answers(rec) == 1
+    monkeypatch.setattr(compile_mod, "nvcc_version", lambda nvcc="nvcc": "12.4, V12.4.131")
+    assert compile_mod.load_front_end_answers(rec) == 0 and not compile_mod._FE_RECORDED
+    assert compile_mod.load_front_end_answers(rec, replay=True) == 1
+    monkeypatch.setattr(compile_mod, "_run_nvcc", lambda *a, **k: (0, ""))  # this nvcc would accept it
+    assert compile_mod.front_end_accepts(src, cache_dir=tmp_path / "other") is False  # the record answers
+    bad = tmp_path / ("bad" + compile_mod.FRONT_END_SUFFIX)
+    bad.write_bytes(b"not gzip")
+    with pytest.raises(InputError, match="not a front-end answer record"):
+        compile_mod.load_front_end_answers(bad)

@@ -648,6 +648,29 @@ def test_dry_run_lists_the_first_sweep_round_the_run_then_gates(recorded, tmp_pa
     assert r.exit_code == 0 and "first sweep round, skills (RMS_BLOCK, RMS_UNROLL): 512,1;" in r.output
 
 
+def test_the_shipped_plan_needs_no_nvcc_where_its_front_end_answers_are_recorded(tmp_path, monkeypatch):
+    """pipelines/heldout.toml sweeps the axes a kernel builds; the plan's front-end answers are
+    recorded in its records folder (benchmarks/heldout_h200.py --front-end-answers), so its dry run
+    (and a replay) picks the axes where no nvcc is. Fails when a held-out kernel changed and the
+    answers were not written again."""
+    import klineage.gate.compile as compile_mod
+    monkeypatch.setattr(compile_mod, "_FE_RECORDED", {})
+    monkeypatch.setattr(compile_mod, "nvcc_version", lambda nvcc="nvcc": "")
+    db = tmp_path / "lib.duckdb"
+    shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
+    r = CliRunner().invoke(main, ["heldout", "--config", str(ROOT / "pipelines" / "heldout.toml"), "--db", str(db),
+                                  "--dry-run", "--json"])
+    assert r.exit_code == 0, ("write the plan's answers again: python benchmarks/heldout_h200.py --front-end-answers "
+                              "benchmarks/results/heldout_h200/heldout_h200_plan.front_end.json.gz\n" + r.output[-2000:])
+    plan = {i["instance"]: i for i in json.loads(r.output)["instances"]}
+    assert len(plan) == 22
+    assert list(plan["attn_causal_b4_s1024"]["sweep_space"]) == ["ATTN_BLOCK_M", "ATTN_BLOCK_N", "ATTN_WARPS",
+                                                                 "ATTN_STAGES"]
+    assert len(plan["mm_4096"]["sweep_space"]) == 3 and len(plan["rmsnorm_16384x4096"]["sweep_space"]) == 2
+    for i in plan.values():
+        assert len(i["first_sweep_round"]["skills"]) == 6, i["instance"]
+
+
 def test_pipeline_file_and_run_command(recorded, tmp_path, library, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     pl = load_pipeline(ROOT / "pipelines" / "heldout.toml")
