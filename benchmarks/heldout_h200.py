@@ -104,7 +104,7 @@ def prebuild_jobs(instances, cfg, library, sources) -> list[tuple[str, tuple[str
     first keeps no winner) and the idiom kernel's whole sweep grid where it has at most PREBUILD_GRID points
     (each later round's points are one axis away from a winner); with cfg.sweep_axes = "buildable", only
     the grid's points the kernel's static checks accept."""
-    from klineage.apply.materialize import make_buildable, point_flags, sweep_grid, sweep_points
+    from klineage.apply.materialize import buildable_only, make_buildable, point_flags, sweep_grid, sweep_points
     from klineage.heldout.run import first_sweep_round
 
     buildable = make_buildable(cfg.sweep_axes)
@@ -116,8 +116,7 @@ def prebuild_jobs(instances, cfg, library, sources) -> list[tuple[str, tuple[str
         first = first_sweep_round(inst, cfg, library, sources, rounds=min(2, cfg.sweep_rounds))
         pts = sweep_points(idiom, [], buildable) + [p for ps in first.values() for p in ps]
         grid = sweep_grid(idiom, buildable) if cfg.sweep_rounds > 1 else []
-        if buildable is not None and grid:
-            grid = grid[:1] + [p for p, ok in zip(grid[1:], buildable(idiom, grid[1:])) if ok]
+        grid = grid[:1] + buildable_only(idiom, grid[1:], buildable)
         pts += grid if len(grid) <= PREBUILD_GRID else []
         for p in pts:
             jobs[(idiom, point_flags(p))] = None

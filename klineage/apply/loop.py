@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from klineage.apply.materialize import (MAX_SWEEP, SWEEP_AXES, Candidate, RulesMaterializer, bake, make_buildable,
-                                       make_sweep, tunables)
+from klineage.apply.materialize import (MAX_SWEEP, Candidate, RulesMaterializer, bake, check_sweep_axes,
+                                       make_buildable, make_sweep, tunables)
 from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
 from klineage.gate.gate import Gate, GateResult, kernel_hash
 from klineage.lineage.walk import compare_timing
@@ -60,8 +60,7 @@ class ApplyConfig:
     sweep_axes: str = "source"
 
     def __post_init__(self):
-        if self.sweep_axes not in SWEEP_AXES:
-            raise ValueError(f"sweep_axes {self.sweep_axes!r}: choose {' or '.join(SWEEP_AXES)}")
+        check_sweep_axes(self.sweep_axes)
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__, materializers=list(self.materializers))
@@ -216,12 +215,12 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                 if bh not in exhausted and rounds[fam] < max(1, cfg.sweep_rounds):
                     # a round: the next points of this kernel's sweep order not gated yet; a round that
                     # keeps no winner is followed, rounds and budget allowing, by the next ones
-                    src = best.source
-                    pts = mats["sweep"].propose_all(retrieved_skills(skills, retrieval), src, wl,
-                                                    skip=lambda p: _config_key(src, p) in swept)
+                    key_of = _config_keys(best.source)  # the candidates' source is the best's
+                    pts = mats["sweep"].propose_all(retrieved_skills(skills, retrieval), best.source, wl,
+                                                    skip=lambda p: key_of(p) in swept)
                     if cfg.sweep is not None or len(pts) < MAX_SWEEP - 1:
                         exhausted.add(bh)
-                    keyed = [(k, c) for k, c in ((_config_key(c.source, c.config), c) for c in pts) if k not in swept]
+                    keyed = [(k, c) for k, c in ((key_of(c.config), c) for c in pts) if k not in swept]
                     if keyed:
                         rounds[fam] += 1
                     queue += [("sweep", c, None) for _, c in keyed]
@@ -312,7 +311,13 @@ def _family(source: str) -> str:
 def _config_key(source: str, point: dict) -> tuple:
     """A kernel family and the configuration a sweep point gives it: its tunables' defaults with the
     point applied (a baked winner and the flags that gave it are the same configuration)."""
-    return (_family(source), tuple(sorted({**tunables(source), **point}.items())))
+    return _config_keys(source)(point)
+
+
+def _config_keys(source: str):
+    """_config_key of `source` as a function of the point: the family and tunables read once."""
+    fam, tun = _family(source), tunables(source)
+    return lambda point: (fam, tuple(sorted({**tun, **point}.items())))
 
 
 def _structural(mechanism: str) -> bool:

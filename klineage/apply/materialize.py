@@ -179,9 +179,7 @@ def sweep_order(source: str, skills: list[dict], buildable: Buildable | None = N
         vals = [v for v in _steered(skills, n) if v > 0] + _neighbours(role, tun[n])
         axes[n] = list(dict.fromkeys(v for v in vals if v != tun[n]))
     default = {n: tun[n] for n in names}
-    joint = _joint(skills, names, default)
-    if buildable is not None and joint:
-        joint = [p for p, ok in zip(joint, buildable(source, joint)) if ok]
+    joint = buildable_only(source, _joint(skills, names, default), buildable)
     points = [default] + joint[:MAX_JOINT]  # the cards' configurations first
     # one axis at a time first (the steered values lead), then pairs
     if len(names) <= 2:
@@ -213,9 +211,15 @@ def next_points(source: str, order: list[dict[str, int]], n: int, buildable: Bui
     while todo and len(out) < n:
         take = max(2 * (n - len(out)), 4)  # twice what is still wanted: most points build
         chunk, todo = todo[:take], todo[take:]
-        ok = buildable(source, chunk) if buildable is not None else [True] * len(chunk)
-        out += [p for p, good in zip(chunk, ok) if good]
+        out += buildable_only(source, chunk, buildable)
     return out[:n]
+
+
+def buildable_only(source: str, points: list[dict[str, int]], buildable: Buildable | None) -> list[dict[str, int]]:
+    """The points the kernel builds, as `buildable` answers (all of them without one), in order."""
+    if buildable is None or not points:
+        return list(points)
+    return [p for p, ok in zip(points, buildable(source, points)) if ok]
 
 
 def sweep_points(source: str, skills: list[dict], buildable: Buildable | None = None) -> list[dict[str, int]]:
@@ -283,11 +287,16 @@ class NvccFrontEnd:
             return [got is True for got in pool.map(lambda f: front_end_accepts(base, self.arch, f, self.cache_dir), asks)]
 
 
+def check_sweep_axes(sweep_axes: str) -> None:
+    """Raise ValueError unless `sweep_axes` is one of SWEEP_AXES."""
+    if sweep_axes not in SWEEP_AXES:
+        raise ValueError(f"sweep_axes {sweep_axes!r}: choose {' or '.join(SWEEP_AXES)}")
+
+
 def make_buildable(sweep_axes: str, arch: str | None = None) -> Buildable | None:
     """The check a sweep_axes setting names: "source", none (every grid point counts); "buildable",
     NvccFrontEnd. Raises ValueError for anything else."""
-    if sweep_axes not in SWEEP_AXES:
-        raise ValueError(f"sweep_axes {sweep_axes!r}: choose {' or '.join(SWEEP_AXES)}")
+    check_sweep_axes(sweep_axes)
     return NvccFrontEnd(arch) if sweep_axes == "buildable" else None
 
 

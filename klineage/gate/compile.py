@@ -33,6 +33,7 @@ from klineage.errors import InputError
 DEFAULT_ARCH = "sm_90a"
 BASE_FLAGS = ("-O3", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-lineinfo")
 COMPILE_TIMEOUT_S = 120.0  # KLINEAGE_NVCC_TIMEOUT_S overrides
+NO_NVCC = "nvcc not found on PATH: install the CUDA toolkit (nvcc 13) or add it to PATH"
 COMPILE_MEMORY_MB = 8192  # address space of each compiler process; KLINEAGE_NVCC_MEMORY_MB overrides (0: no cap)
 
 
@@ -182,7 +183,7 @@ def compile_kernel(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str
     key = build_key(source, flags, arch, version)
     if not version:
         return CompileResult(False, key, arch, flags, "", "", error_kind="no_nvcc",
-                             error_message="nvcc not found on PATH: install the CUDA toolkit (nvcc 13) or add it to PATH")
+                             error_message=NO_NVCC)
     default_timeout, default_memory = compile_limits()
     timeout_s = default_timeout if timeout_s is None else timeout_s
     memory_mb = default_memory if memory_mb is None else memory_mb
@@ -281,9 +282,8 @@ def front_end_accepts(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[
 def _front_end(source: str, flags: list[str], arch: str, cache_dir: Path | None, timeout_s: float | None) -> bool | None:
     version = nvcc_version()
     if not version:
-        raise InputError("nvcc not found on PATH: telling which sweep points build asks nvcc's front end; "
-                         "install the CUDA toolkit (nvcc 13) or add it to PATH, or replay with the run's "
-                         "recorded answers (*.front_end.json.gz beside its records)")
+        raise InputError(f"{NO_NVCC} (telling which sweep points build asks nvcc's front end), or replay with "
+                         "the run's recorded answers (*.front_end.json.gz beside its records)")
     key = build_key(source, flags, arch, version)
     root = Path(cache_dir or settings.build_cache_dir()) / "front_end"
     mark = root / key[:2] / key

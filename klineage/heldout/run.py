@@ -47,7 +47,7 @@ from pathlib import Path
 
 from klineage import settings
 from klineage.apply.loop import ApplyConfig, apply, retrieved_skills, spends_budget
-from klineage.apply.materialize import SWEEP_AXES, bake, tunables
+from klineage.apply.materialize import bake, check_sweep_axes, tunables
 from klineage.apply.retrieve import workload_facts
 from klineage.errors import ReplayMissingError
 from klineage.gate.gate import DEFAULT_TIMING, Gate, GateConfig, GateResult, kernel_hash
@@ -94,8 +94,7 @@ class HeldoutConfig:
             raise ValueError(f"vendor {self.vendor!r}: choose auto, primary or fallback")
         if self.budget < 0 or self.final_rounds < 1 or self.sweep_rounds < 1 or not 0 < self.failure_speedup < 1:
             raise ValueError("budget >= 0, final_rounds >= 1, sweep_rounds >= 1 and 0 < failure_speedup < 1")
-        if self.sweep_axes not in SWEEP_AXES:
-            raise ValueError(f"sweep_axes {self.sweep_axes!r}: choose {' or '.join(SWEEP_AXES)}")
+        check_sweep_axes(self.sweep_axes)
         self.foreign = {k: tuple(sorted(v)) for k, v in sorted(self.foreign.items())}
 
     def to_dict(self) -> dict:
