@@ -245,6 +245,102 @@ def compile_kernel(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str
     return res
 
 
+
+PTX_FLAGS = ("-O3", "-lineinfo")
+
+
+@dataclass
+class PtxResult:
+    """PTX with line info for one source, and what ptxas says of it (registers, shared bytes, spills).
+    `ptx` is "" unless ok."""
+    ok: bool
+    key: str
+    arch: str
+    flags: list[str]
+    nvcc_version: str
+    ptx: str = ""
+    log: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+    resources: list[KernelResources] = field(default_factory=list)
+    error_kind: str | None = None  # "nvcc_error" | "timeout" | "memory_limit" | "no_nvcc"
+    error_message: str | None = None
+
+
+def compile_ptx(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, ...] = (),
+                cache_dir: Path | None = None, timeout_s: float | None = None,
+                memory_mb: int | None = None) -> PtxResult:
+    """`source` compiled to PTX with line info (`nvcc -ptx -lineinfo`, no GPU needed), then assembled by
+    `ptxas -v` for its resource report; cached beside the builds by the same kind of key, so a kernel
+    state is compiled to PTX once. Both tools run like a build (own session, the memory cap, killed
+    whole past the time limit, which covers the two steps together). Never raises for a bad kernel:
+    a failure comes back with ok=False and the log."""
+    flags = list(PTX_FLAGS) + arch_flags(arch) + list(extra_flags)
+    version = nvcc_version()
+    key = build_key(source, ["-ptx", *flags], arch, version)
+    if not version:
+        return PtxResult(False, key, arch, flags, "", error_kind="no_nvcc", error_message=NO_NVCC)
+    default_timeout, default_memory = compile_limits()
+    timeout_s = default_timeout if timeout_s is None else timeout_s
+    memory_mb = default_memory if memory_mb is None else memory_mb
+    root = Path(cache_dir or settings.build_cache_dir()) / "ptx"
+    out_dir = root / key[:2] / key
+    meta_path = out_dir / "ptx.json"
+    if meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text())
+            meta["resources"] = [KernelResources(**r) for r in meta["resources"]]
+            res = PtxResult(**meta)
+            res.ptx = (out_dir / "kernel.ptx").read_text() if res.ok else ""
+            res.cached = True
+            return res
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a damaged cache entry is compiled again
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="ptx-", dir=root))
+    try:
+        (tmp / "kernel.cu").write_text(source)
+        t0 = time.perf_counter()
+        code, log = _run_nvcc(["nvcc", "-ptx", *flags, "-o", str(tmp / "kernel.ptx"), str(tmp / "kernel.cu")], tmp,
+                              timeout_s, memory_mb)
+        if code == 0:
+            left = max(1.0, timeout_s - (time.perf_counter() - t0))
+            code2, log2 = _run_nvcc(["ptxas", "-v", f"-arch={arch}", "-o", str(tmp / "kernel.cubin"),
+                                     str(tmp / "kernel.ptx")], tmp, left, memory_mb)
+            log += log2
+            code = code2 if code2 is None or code2 != 0 else 0
+        seconds = time.perf_counter() - t0
+        log = log.replace(str(tmp) + "/", "")
+        res = PtxResult(code == 0, key, arch, flags, version, log=log, seconds=seconds)
+        if code is None:
+            res.error_kind = "timeout"
+            res.error_message = (f"nvcc -ptx / ptxas ran past the time limit of {timeout_s:g} s; every compiler stage "
+                                 "was killed")
+            return res
+        if code != 0:
+            res.error_kind = "nvcc_error"
+            res.error_message = _first_error(log) or f"the PTX compile exited with {code}"
+            if memory_mb and _out_of_memory(log, code):
+                res.error_kind = "memory_limit"
+                return res  # not cached: the outcome depends on the cap
+        else:
+            res.ptx = (tmp / "kernel.ptx").read_text()
+            res.resources = parse_ptxas(log)
+        meta = {k: v for k, v in res.__dict__.items() if k not in ("ptx", "cached")}
+        meta["resources"] = [dict(r.__dict__) for r in res.resources]
+        (tmp / "ptx.json").write_text(json.dumps(meta, indent=1))
+        for leftover in tmp.iterdir():
+            if leftover.name not in ("ptx.json", "kernel.ptx"):
+                shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(tmp, out_dir)
+        except OSError:
+            pass  # a concurrent identical compile published first
+        return res
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
 # Front-end answers by a key without nvcc's version (source, flags, arch): those loaded from a record
 # (load_front_end_answers) are answered first; every definite answer this process got is kept for
 # export_front_end_answers, so a run's sweep axes replay where no nvcc is.

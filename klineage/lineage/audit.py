@@ -1,10 +1,26 @@
-"""The audit of a backward step, computed from detector features — never an opinion.
+"""The audit of a backward step, computed from both kinds of evidence — never an opinion.
+
+A feature is present when its source detector or the compiler's evidence says so
+(klineage.mechanisms.evidence). The feature lists the walk passes come from
+klineage.mechanisms.detect_all and carry their source text, so the audit adds the compiler's view of
+the same two kernels (PTX with line info, cached); lists without a source, or kernels that do not
+compile to PTX, are audited on the source detectors alone, and the record says why
+(`compiler_unavailable`).
 
 Rules steps: exactly the declared (mechanism, locus) is gone and every other feature is kept, and
-no feature appears. Versions steps (read forward, K_{i-1} -> K_i): no mechanism kind of K_{i-1}
-is lost; the kinds K_i adds are exactly the declared mechanism when a detector knows it, and none
-when the declared mechanism is one no detector sees (a structural step such as warp_per_row).
-Forward re-derivation: the re-derived kernel has exactly the richer kernel's features.
+no feature appears. The compiler side adds the features the source detectors do not see (an
+unfamiliar idiom) and catches a rewrite that silently changes the generated code elsewhere: a kept
+feature the compiler confirmed before and no longer sees, or sees only now. Versions steps (read
+forward, K_{i-1} -> K_i): no mechanism kind of K_{i-1} is lost; the kinds K_i adds are exactly the
+declared mechanism (with its companions) when a detector knows it, and none when the declared
+mechanism is one no detector sees (a structural step such as warp_per_row) or one a family covers
+(a ladder's `smem_tiling` is what the compiler sees as smem_staging, Mechanism.COVERS); a
+mechanism may take over another (asynchronous copies replace the register path of staging,
+Mechanism.REPLACES). A rung that adds two kinds is seen as bundled, whichever evidence saw them. Forward re-derivation: the re-derived kernel has
+exactly the richer kernel's features, by both kinds of evidence.
+
+The record of a step keeps its source-detector form when the compiler's evidence does not change
+the verdict; otherwise a `compiler` entry names what the compiler saw that decided it.
 """
 from __future__ import annotations
 
@@ -23,29 +39,120 @@ def _keys(fs: list[Feature]) -> set:
     return {f.key for f in fs}
 
 
+def _evidence(fs):
+    """The united evidence of the kernel a feature list was read from, or (None, why not)."""
+    source = getattr(fs, "source", None)
+    if source is None:
+        return None, "the feature list does not carry its source"
+    from klineage.mechanisms.evidence import evidence
+    ev = evidence(source)
+    if ev.compiled is None or not ev.compiled.ok:
+        return None, f"no PTX: {ev.compiler_error or 'the source does not compile'}"
+    return ev, ""
+
+
+def _compiler_view(before, after):
+    """(evidence before, evidence after, why unavailable)."""
+    eb, why_b = _evidence(before)
+    if eb is None:
+        return None, None, why_b
+    ea, why_a = _evidence(after)
+    if ea is None:
+        return None, None, why_a
+    return eb, ea, ""
+
+
+def _compiler_only(ev) -> dict:
+    from klineage.mechanisms.evidence import COMPILER
+    return {f.key: f for f in ev.found if f.by == COMPILER}
+
+
+def _confirmed(ev) -> dict:
+    """Source features -> whether the compiler confirms them."""
+    from klineage.mechanisms.evidence import BOTH, COMPILER
+    return {f.key: f.by == BOTH for f in ev.found if f.by != COMPILER}
+
+
+def _pairs(keys) -> list[list[str]]:
+    return [list(k) for k in sorted(keys)]
+
+
 def audit_rules(before: list[Feature], after: list[Feature], mechanism: str, locus: str) -> dict:
     b, a = _keys(before), _keys(after)
     removed, added = sorted(b - a), sorted(a - b)
     ok = removed == [(mechanism, locus)] and not added
     why = "" if ok else (f"expected exactly {mechanism} at {locus} removed; removed {removed or 'nothing'}"
                          + (f", added {added}" if added else ""))
-    return {"ok": ok, "kind": "rules", "removed": [list(x) for x in removed], "added": [list(x) for x in added],
-            "kept": len(b & a), "reason": why}
+    out = {"ok": ok, "kind": "rules", "removed": [list(x) for x in removed], "added": [list(x) for x in added],
+           "kept": len(b & a), "reason": why}
+    if not ok:
+        return out  # the compiler's evidence can only add reasons to refuse
+    eb, ea, unavailable = _compiler_view(before, after)
+    if eb is None:
+        out["compiler_unavailable"] = unavailable
+        return out
+    cb, ca = _compiler_only(eb), _compiler_only(ea)
+    sb, sa = _confirmed(eb), _confirmed(ea)
+    kept = (sb.keys() & sa.keys()) - {(mechanism, locus)}
+    found = {"removed": _pairs(cb.keys() - ca.keys()), "added": _pairs(ca.keys() - cb.keys()),
+             "no_longer_compiled": _pairs(k for k in kept if sb[k] and not sa[k]),
+             "newly_compiled": _pairs(k for k in kept if sa[k] and not sb[k])}
+    found = {k: v for k, v in found.items() if v}
+    if found:
+        out.update(ok=False, compiler=found,
+                   reason=f"{mechanism} at {locus} is removed in the source, but the generated code changes "
+                          f"elsewhere: " + "; ".join(f"{k.replace('_', ' ')} {v}" for k, v in found.items()))
+    return out
+
+
+def covered_by(mechanism: str) -> set[str]:
+    """Detectable families whose evidence covers a mechanism a ladder declares under another name
+    (Mechanism.COVERS)."""
+    from klineage.mechanisms import registry
+    return {m.NAME for m in registry().values() if mechanism in getattr(m, "COVERS", ())}
+
+
+def replaced_by(mechanisms) -> set[str]:
+    """Mechanisms the given ones take over when they enter a kernel (Mechanism.REPLACES)."""
+    from klineage.mechanisms import registry
+    reg = registry()
+    return {r for m in mechanisms if m in reg for r in getattr(reg[m], "REPLACES", ())}
 
 
 def audit_version(before: list[Feature], after: list[Feature], mechanism: str, known: set[str]) -> dict:
-    """`before` = richer K_i, `after` = simpler K_{i-1}; `known` = mechanism names detectors find."""
+    """`before` = richer K_i, `after` = simpler K_{i-1}; `known` = mechanism names detectors find.
+    Judged on the united evidence; the record is the source detectors' unless the compiler's evidence
+    changes the verdict, and then names what it saw (`compiler`)."""
+    source_only = _version_verdict(before, after, mechanism, known)
+    eb, ea, unavailable = _compiler_view(before, after)
+    if eb is None:
+        source_only["compiler_unavailable"] = unavailable
+        return source_only
+    united = _version_verdict([f.feature for f in eb.found], [f.feature for f in ea.found], mechanism, known)
+    if united["ok"] == source_only["ok"]:
+        return source_only
+    united["compiler"] = _compiler_decided(before, after, eb, ea)
+    return united
+
+
+def _version_verdict(before: list[Feature], after: list[Feature], mechanism: str, known: set[str]) -> dict:
     kinds_rich = {f.mechanism for f in before}
     kinds_simple = {f.mechanism for f in after}
     lost_forward = sorted(kinds_simple - kinds_rich)
     added_forward = sorted(kinds_rich - kinds_simple)
     count_rich = sum(f.mechanism == mechanism for f in before)
     count_simple = sum(f.mechanism == mechanism for f in after)
+    covers = covered_by(mechanism)
     if mechanism in known:
         allowed = {mechanism} | COMPANIONS.get(mechanism, frozenset())
-        ok = not lost_forward and set(added_forward) <= allowed and count_rich > count_simple
+        replaced = replaced_by(allowed)
+        ok = set(lost_forward) <= replaced and set(added_forward) <= allowed and count_rich > count_simple
         expect = f"only {mechanism} added" + (f" (with its companions {sorted(allowed - {mechanism})})"
-                                              if allowed != {mechanism} else "")
+                                              if allowed != {mechanism} else "") + \
+            (f", nothing lost but {sorted(replaced)}, which it takes over" if replaced else "")
+    elif covers:
+        ok = not lost_forward and set(added_forward) <= covers
+        expect = f"no mechanism added other than {sorted(covers)}, which covers {mechanism}"
     else:
         ok = not lost_forward and not added_forward
         expect = f"no detected mechanism added ({mechanism} is structural, not seen by detectors)"
@@ -55,8 +162,33 @@ def audit_version(before: list[Feature], after: list[Feature], mechanism: str, k
             "declared": mechanism, "detected": mechanism in known, "reason": why}
 
 
+def _compiler_decided(before, after, eb, ea) -> dict:
+    """The kinds the compiler's evidence changed, against the source detectors alone."""
+    src_added = {f.mechanism for f in before} - {f.mechanism for f in after}
+    src_lost = {f.mechanism for f in after} - {f.mechanism for f in before}
+    all_added = {f.feature.mechanism for f in eb.found} - {f.feature.mechanism for f in ea.found}
+    all_lost = {f.feature.mechanism for f in ea.found} - {f.feature.mechanism for f in eb.found}
+    out = {"added": sorted(all_added - src_added), "lost": sorted(all_lost - src_lost),
+           "not_added": sorted(src_added - all_added), "not_lost": sorted(src_lost - all_lost)}
+    return {k: v for k, v in out.items() if v}
+
+
 def audit_rederived(original: list[Feature], rederived: list[Feature]) -> dict:
     o, r = _keys(original), _keys(rederived)
     ok = o == r
-    return {"ok": ok, "missing": [list(x) for x in sorted(o - r)], "extra": [list(x) for x in sorted(r - o)],
-            "reason": "" if ok else "the re-derived kernel does not have the original's features"}
+    out = {"ok": ok, "missing": [list(x) for x in sorted(o - r)], "extra": [list(x) for x in sorted(r - o)],
+           "reason": "" if ok else "the re-derived kernel does not have the original's features"}
+    if not ok:
+        return out
+    eo, er, unavailable = _compiler_view(original, rederived)
+    if eo is None:
+        out["compiler_unavailable"] = unavailable
+        return out
+    co, cr = set(_compiler_only(eo)), set(_compiler_only(er))
+    so, sr = _confirmed(eo), _confirmed(er)
+    differ = sorted(k for k in so.keys() & sr.keys() if so[k] != sr[k])
+    if co != cr or differ:
+        out.update(ok=False, compiler={k: v for k, v in {"missing": _pairs(co - cr), "extra": _pairs(cr - co),
+                                                         "compiled_differently": _pairs(differ)}.items() if v},
+                   reason="the re-derived kernel compiles to different mechanisms than the original")
+    return out

@@ -47,8 +47,18 @@ _DETECTED: OrderedDict[str, tuple[Feature, ...]] = OrderedDict()
 _DETECTED_MAX = 4096
 
 
-def detect_all(source: str | Kernel) -> list[Feature]:
-    """All features of a kernel, every family, in registry order then source order.
+class Features(list):
+    """A kernel's features (a list of Feature) that remembers the source they were read from, so the
+    audit can add the compiler's evidence of the same source (klineage.mechanisms.evidence)."""
+
+    def __init__(self, items=(), source: str | None = None):
+        super().__init__(items)
+        self.source = source
+
+
+def detect_all(source: str | Kernel) -> Features:
+    """All features the source detectors find in a kernel, every family, in registry order then
+    source order; the list carries the source text (`.source`).
 
     Detection is a pure function of the source text, and a mining run asks for the same kernel's
     features many times (the walk, every admission target of every skill), so the last
@@ -59,14 +69,14 @@ def detect_all(source: str | Kernel) -> list[Feature]:
     hit = _DETECTED.get(key)
     if hit is not None:
         _DETECTED.move_to_end(key)
-        return list(hit)
+        return Features(hit, k.source)
     feats: list[Feature] = []
     for m in registry().values():
         feats.extend(m.detect(k))
     _DETECTED[key] = tuple(feats)
     while len(_DETECTED) > _DETECTED_MAX:
         _DETECTED.popitem(last=False)
-    return feats
+    return Features(feats, k.source)
 
 
-__all__ = ["Applied", "Feature", "Kernel", "Mechanism", "NotApplicable", "ORDER", "registry", "detect_all"]
+__all__ = ["Applied", "Feature", "Features", "Kernel", "Mechanism", "NotApplicable", "ORDER", "registry", "detect_all"]

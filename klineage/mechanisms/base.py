@@ -135,9 +135,17 @@ class Mechanism:
     # Static preconditions the mechanism implies, by category (data_types, layout, storage, pipeline,
     # hardware): what must hold, and what fails without it.
     PRECONDITIONS: ClassVar[dict[str, list[dict]]] = {}
+    # How a compiler-evidence site meets a source feature of the family: "lines" (the site's lines fall
+    # in the feature's span) or "function" (the site is in the feature's function, or inlined there).
+    COMPILED_MATCH: ClassVar[str] = "lines"
 
     def detect(self, k: Kernel) -> list[Feature]:
         raise NotImplementedError
+
+    def compiled(self, ck) -> list:
+        """The family's compiler-evidence signature: klineage.mechanisms.compiled.Site list for a
+        CompiledKernel. Families the compiler cannot see (a padding, a count, a pragma) have none."""
+        return []
 
     def deoptimize(self, k: Kernel, feature: Feature) -> Result:
         return NotApplicable(f"{self.NAME} has no deoptimize rewrite")

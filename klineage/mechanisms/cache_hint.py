@@ -37,6 +37,21 @@ def _hinted(k: Kernel):
     return number_loci(items)
 
 
+_CACHE_OPS = ("ca", "cg", "cs", "lu", "cv", "wt", "wb")
+
+
+def _asked_hints(ck, i) -> list[str]:
+    """The cache operators of a global load or store that the author asked for: any explicit operator
+    (.cs .cg .lu .ca .cv .wt, L1:: / L2:: eviction policies), and .nc where it comes from an intrinsic
+    (__ldg) or hand-written PTX rather than from the compiler's own reading of `const __restrict__`."""
+    if i.op not in ("ld", "st") or i.space not in ("global", "generic"):
+        return []
+    ops = [p for p in i.parts if p in _CACHE_OPS or p.startswith(("L1::", "L2::evict", "L2::cache_hint"))]
+    if "nc" in i.parts and (i.asm or ck.intrinsics(i) & set(LOADS)):
+        ops.append("nc")
+    return ops
+
+
 def _paren(text: str) -> str:
     return text if re.fullmatch(r"[A-Za-z_]\w*", text) else f"({text})"
 
@@ -57,6 +72,18 @@ class CacheHint(Mechanism):
             kind = "load" if name in LOADS else "store"
             out.append(Feature(self.NAME, locus, k.lines(call), anchor=f"global {kind}",
                                detail=detail(intrinsic=name, hint=HINT_OF[name]), path=node_path(k.tree, call)))
+        return out
+
+    def compiled(self, ck) -> list:
+        """Global accesses carrying a cache operator the source asked for (see _asked_hints)."""
+        out = []
+        for fn in ck.module.functions:
+            for i in fn.instrs:
+                ops = _asked_hints(ck, i)
+                if ops:
+                    site = ck.site(self.NAME, fn, [i])
+                    if site is not None:
+                        out.append(site)
         return out
 
     def deoptimize(self, k: Kernel, feature: Feature):

@@ -29,6 +29,9 @@ def _calls(k: Kernel, names) -> list:
     return out
 
 
+_EXP2_CALLS = ("exp2f", "exp2", "exp2l")
+
+
 class FastMath(Mechanism):
     NAME = "fast_math"
     DESCRIPTION = "fast-math intrinsics (__expf, __fdividef, rsqrtf, __frcp_rn, ...) instead of precise calls"
@@ -48,6 +51,34 @@ class FastMath(Mechanism):
                         anchor=f"math call {name}", detail=detail(intrinsic=name, calls=len(calls)),
                         path=f"{fn} > call {name}")
                 for (fn, name), calls in groups.items()]
+
+    def compiled(self, ck) -> list:
+        """Approximate math (.approx) the source asked for, compared with what it calls at that line:
+        hand-written PTX (except ex2, the base-2 exponential mechanism of its own), or the
+        intrinsics' non-flushing forms (div.approx, sin/cos/lg2/ex2.approx). Not counted: the .ftz
+        forms precise library functions use inside (expf, tanhf, erff, powf), rsqrt.approx (rsqrtf,
+        the standard reciprocal square root, is approximate with or without fast math), and ex2.approx
+        on a line that calls exp2f (the precise exp2f is that one instruction)."""
+        from klineage.mechanisms.compiled import calls_any
+        out = []
+        fast = set(FAST) | set(TEMPLATES) | {"__sincosf"}
+        for fn in ck.module.functions:
+            for i in fn.instrs:
+                if "approx" not in i.parts:
+                    continue
+                if i.asm:
+                    if i.op == "ex2":
+                        continue
+                elif "ftz" in i.parts or i.op == "rsqrt":
+                    continue
+                elif i.op == "ex2":
+                    text = " ".join(ck.text(ln) for ln in ck.lines(i))
+                    if calls_any(text, _EXP2_CALLS) and not calls_any(text, fast):
+                        continue
+                site = ck.site(self.NAME, fn, [i])
+                if site is not None:
+                    out.append(site)
+        return out
 
     def deoptimize(self, k: Kernel, feature: Feature):
         fname, name = feature.locus.split(":", 1)

@@ -37,6 +37,19 @@ class LaunchBounds(Mechanism):
                         path=f"{name} > __launch_bounds__")
                 for name, fn, lb in _bounds(k)]
 
+    COMPILED_MATCH = "function"
+
+    def compiled(self, ck) -> list:
+        """Kernels whose PTX carries the launch-bounds directives (.maxntid, .minnctapersm)."""
+        out = []
+        for fn in ck.module.functions:
+            got = {d: v for d, v in fn.directives.items() if d in ("maxntid", "minnctapersm")}
+            if fn.kind == "entry" and got:
+                site = ck.site(self.NAME, fn, [], what=", ".join(f".{d} {v}" for d, v in got.items()))
+                if site is not None:
+                    out.append(site)
+        return out
+
     def deoptimize(self, k: Kernel, feature: Feature):
         name = feature.locus.split(":")[0]
         hit = next(((fn, lb) for n, fn, lb in _bounds(k) if n == name), None)

@@ -29,6 +29,7 @@ from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApp
 from klineage.mechanisms.vector_access import declarators, declared, device_function, line_start, paren, \
     statement_of, strip_parens
 from klineage.parse import syntax
+from klineage.parse.ptx import variable_name as ptx_name
 from klineage.parse.syntax import Edit, node_path, walk
 
 _LOAD_CALLS = re.compile(r"__ld(g|cs|cg|ca|lu|cv)|kl_scalar_load_\w+")
@@ -293,6 +294,8 @@ def _shared_names(k: Kernel) -> set[str]:
 class SmemStaging(Mechanism):
     NAME = "smem_staging"
     DESCRIPTION = "staging a reused global operand in shared memory (copy once, __syncthreads, reuse)"
+    # ladders name the tiled form of a GEMM or a convolution `smem_tiling`: the same operand staging
+    COVERS = ("smem_tiling",)
     PRECONDITIONS = {
         "storage": [{"condition": "the staged slice fits the shared-memory budget next to the kernel's other "
                                   "shared data (48 KB static per block)",
@@ -312,6 +315,18 @@ class SmemStaging(Mechanism):
                         detail=detail(array=st.array, source=st.glob, form=st.form, extent=st.extent),
                         path=node_path(k.tree, st.copy))
                 for locus, st in _stages(k)]
+
+    def compiled(self, ck) -> list:
+        """Shared arrays staging a global operand, from data flow (see _staged_buffers): one site per
+        array, at its staging stores and its reads."""
+        out = []
+        for fn in ck.module.functions:
+            for name, (stores, reads) in _staged_buffers(ck, fn).items():
+                site = ck.site(self.NAME, fn, stores + reads, what=f"st.shared {ptx_name(name)} <- ld.global; "
+                                                                   f"ld.shared -> compute")
+                if site is not None:
+                    out.append(site)
+        return out
 
     def deoptimize(self, k: Kernel, feature: Feature):
         st = dict(_stages(k)).get(feature.locus)
@@ -476,6 +491,72 @@ class SmemStaging(Mechanism):
                        before=first["text"], after=first["original"],
                        config={"function": fname, "array": config["array"], "global": config.get("global"),
                                "extent": config.get("extent")})
+
+
+def _staged_buffers(ck, fn) -> dict:
+    """Shared arrays that stage a global operand: name -> (stores, reads). A store into the array takes
+    a value loaded from global memory (through moves and selects only); some load from its shared
+    buffer feeds arithmetic; and no store into the array is computed from the array's own loads (a
+    tree reduction or a scan folding the array in place is not staging). Arrays are told apart by
+    the name the source line of the store writes (one dynamic buffer often holds several), within
+    the PTX symbol of the buffer."""
+    from klineage.mechanisms.compiled import ARITH, MOVES
+    through = MOVES + ("selp",)
+    stores: dict[tuple[str, str], list] = {}
+    folded: set[tuple[str, str]] = set()
+    for i in fn.instrs:
+        if i.op != "st" or i.space != "shared":
+            continue
+        syms = ck.shared_symbols(fn, i.operands[0])
+        target = _stored_array(ck, i)
+        values = [r for o in i.operands[1:] for r in _regs(o)]
+        producers = [p for r in values for p in ck.values_from(fn, r, through=through)]
+        if any(p.op == "ld" and p.space in ("global", "generic") for p in producers):
+            for s in syms:
+                stores.setdefault((s, target or s), []).append(i)
+        deep = [p for r in values for p in ck.values_from(fn, r, through=through + ARITH, depth=8)]
+        if any(p.op in ("ld", "wmma", "ldmatrix") and "shared" in p.space and syms & ck.shared_symbols(
+                fn, _address(p)) and _reads_array(ck, p, target) for p in deep):
+            folded |= {(s, target or s) for s in syms}
+    out = {}
+    for (sym, name), sts in stores.items():
+        if (sym, name) in folded:
+            continue
+        reads = []
+        for i in fn.instrs:
+            if i.op in ("ld", "wmma", "ldmatrix") and i.space == "shared" and not i.has("shared::cluster") \
+                    and sym in ck.shared_symbols(fn, _address(i)):
+                uses = [u for d in i.dests for u in ck.values_to(fn, d)]
+                if any(u.op in ARITH and u.op not in ("setp", "selp") for u in uses):
+                    reads.append(i)
+        if reads:
+            out[name] = (sts, reads)
+    return out
+
+
+def _stored_array(ck, st) -> str | None:
+    """The array a shared store writes, by the source line it comes from (`buf[t] = ...` -> buf)."""
+    ln = ck.line(st)
+    m = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^=;]*\])+\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", ck.text(ln)) if ln else None
+    return m.group(1) if m else None
+
+
+def _reads_array(ck, ld, name: str | None) -> bool:
+    """Whether the source line of a shared load reads array `name` (unknown: assume it does). One
+    buffer can hold several arrays (dynamic shared memory carved by pointers), so a value computed
+    from one of them and stored into another does not fold the buffer onto itself."""
+    ln = ck.line(ld)
+    if name is None or not ln:
+        return True
+    return re.search(rf"\b{re.escape(name)}\s*\[", ck.text(ln)) is not None
+
+
+def _regs(text: str) -> list[str]:
+    return re.findall(r"%[\w]+", text)
+
+
+def _address(i) -> str:
+    return next((o for o in i.operands if o.lstrip().startswith("[")), "")
 
 
 def _siblings_after(parent: ts.Node, pos: int):

@@ -30,9 +30,31 @@ from klineage.parse import syntax
 from klineage.parse.syntax import ancestors, walk
 
 
+def _ptx_sites(mech, ck, wanted) -> list:
+    """One site per PTX instruction `wanted(instr)` accepts."""
+    out = []
+    for fn in ck.module.functions:
+        for i in fn.instrs:
+            if wanted(i):
+                site = ck.site(mech.NAME, fn, [i])
+                if site is not None:
+                    out.append(site)
+    return out
+
+
+def _bulk_destination(i) -> str:
+    """The destination state space of a cp(.reduce).async.bulk[.tensor.Nd] copy."""
+    for p in i.parts[3:]:
+        base = p.split("::")[0]
+        if base in ("shared", "global"):
+            return base
+    return ""
+
+
 class _Signature(Mechanism):
     """Regular-expression signatures grouped per function (thread_block_cluster)."""
     STRUCTURAL = True
+    COMPILED_MATCH = "function"
     SIGNATURES: ClassVar[tuple[str, ...]] = ()
     ANCHOR: ClassVar[str] = ""
 
@@ -75,6 +97,7 @@ def _decl_line(line: str) -> bool:
 class _Structural(Mechanism):
     """A detector over codescan facts: `evidence` gives (lines, detail) per function, or None."""
     STRUCTURAL = True
+    COMPILED_MATCH = "function"
     ANCHOR: ClassVar[str] = ""
     # signatures searched outside every function when no function carries the mechanism
     FILE_SIGNATURES: ClassVar[tuple[str, ...]] = ()
@@ -207,6 +230,14 @@ class TensorCoreMMA(_Structural):
                 "dtype": _joined(dtype), "ldmatrix": _joined(m.group(1) + (m.group(2) or "") for _, m in ldm)}
         return lines, {k: v for k, v in info.items() if v}
 
+    def compiled(self, ck) -> list:
+        """mma.sync, wmma.mma.sync and wgmma.mma_async instructions."""
+        return _ptx_sites(self, ck, _is_mma)
+
+
+def _is_mma(i) -> bool:
+    return i.op == "mma" or (i.op == "wmma" and i.has("mma")) or (i.op == "wgmma" and i.has("mma_async"))
+
 
 class Wgmma(_Structural):
     NAME = "wgmma"
@@ -233,6 +264,10 @@ class Wgmma(_Structural):
     def evidence(self, s, fn):
         lines, info = _wgmma_info(s, fn)
         return (lines, info) if lines else None
+
+    def compiled(self, ck) -> list:
+        """wgmma.mma_async instructions."""
+        return _ptx_sites(self, ck, lambda i: i.op == "wgmma" and i.has("mma_async"))
 
 
 # ---- asynchronous copies ---------------------------------------------------------------------
@@ -267,6 +302,9 @@ class AsyncCopy(_Structural):
     DESCRIPTION = ("asynchronous global->shared copies, any engine: cp.async (and memcpy_async, the pipeline "
                    "primitives) or the TMA's bulk copies (also their own mechanism, tma)")
     ANCHOR = "global-to-shared copy"
+    # a copy engine filling shared memory takes over from the register path (smem_staging): a step
+    # adding asynchronous copies may take that staging away
+    REPLACES = ("smem_staging",)
     FILE_SIGNATURES = (r"cp\.async\.(ca|cg)\b", r"__pipeline_memcpy_async", r"cuda::memcpy_async",
                        r"cp\.async\.commit_group", r"cp\.async\.wait_group", r"cp\.async\.bulk\.tensor")
 
@@ -282,6 +320,17 @@ class AsyncCopy(_Structural):
                 "wait": _joined(next((g for g in m.groups() if g), "") for _, m in s.find(fn, _CP_WAIT)) if cp else ""}
         info.update(_stages(s, fn, _stage_names(s, fn)))
         return _lines(cp) | _lines(bulk), {k: v for k, v in info.items() if v != ""}
+
+    def compiled(self, ck) -> list:
+        """Copies from global into shared memory that do not pass through registers: cp.async.ca/.cg and
+        bulk (tensor) copies whose destination is shared memory."""
+        def wanted(i):
+            if i.op != "cp" or not i.has("async"):
+                return False
+            if i.has("bulk"):
+                return _bulk_destination(i) == "shared" and not i.has("prefetch")
+            return (i.has("ca") or i.has("cg")) and any(p.startswith("shared") for p in i.parts)
+        return _ptx_sites(self, ck, wanted)
 
 
 class TMA(_Structural):
@@ -302,6 +351,11 @@ class TMA(_Structural):
                 "multicast": "cluster" if any("multicast::cluster" in m.group(0) for _, m in copies) else ""}
         info.update(_stages(s, fn, _stage_names(s, fn)))
         return _lines(core) | _lines(s.find(fn, _MBARRIER)), {k: v for k, v in info.items() if v != ""}
+
+    def compiled(self, ck) -> list:
+        """Bulk copies (cp.async.bulk, .tensor, cp.reduce.async.bulk) in either direction."""
+        return _ptx_sites(self, ck, lambda i: i.op == "cp" and i.has("bulk") and not i.has("commit_group")
+                          and not i.has("wait_group"))
 
 
 class MultistageBuffer(_Structural):
@@ -409,6 +463,11 @@ class WarpSpecialization(_Structural):
         info = {"split": _joined(splits), "roles": "producer/consumer" if branch_lines else "",
                 "setmaxnreg": ", ".join(dict.fromkeys(f"{m.group(1)} {m.group(2)}".strip() for _, m in regs))}
         return lines, {k: v for k, v in info.items() if v}
+
+    def compiled(self, ck) -> list:
+        """setmaxnreg, the register hand-over between warp roles (the role branch itself leaves no
+        instruction of its own)."""
+        return _ptx_sites(self, ck, lambda i: i.op == "setmaxnreg")
 
 
 def _role_vars(s: Scan, fn) -> tuple[dict[str, str], list[tuple[str, int]], dict]:
@@ -884,6 +943,29 @@ class ThreadBlockCluster(_Signature):
     ANCHOR = "cluster launch / DSMEM"
     SIGNATURES = (r"this_cluster\s*\(", r"map_shared_rank", r"cudaLaunchAttributeClusterDimension",
                   r"__cluster_dims__", r"cluster_group\b")
+
+    def compiled(self, ck) -> list:
+        """Distributed shared memory and cluster operations (mapa, ld/st/atom on shared::cluster,
+        barrier.cluster, the %cluster_* registers, .multicast::cluster copies) and the cluster shape
+        directives. The .shared::cluster destination of an ordinary bulk copy, and fences scoped
+        .cluster, are not: kernels without clusters write them too."""
+        def wanted(i):
+            if i.op == "cp":
+                return any(p.startswith("multicast::cluster") for p in i.parts)
+            if i.op in ("fence", "mbarrier"):
+                return False
+            return i.op == "mapa" or (i.op == "barrier" and i.has("cluster")) or \
+                (i.op in ("ld", "st", "atom", "red") and any(p == "shared::cluster" for p in i.parts)) or \
+                any(re.search(r"%(?:cluster_|nclusterid|clusterid|is_explicit_cluster)", o) for o in i.operands)
+        out = _ptx_sites(self, ck, wanted)
+        for fn in ck.module.functions:
+            got = {d: v for d, v in fn.directives.items() if d in ("reqnctapercluster", "explicitcluster",
+                                                                   "maxclusterrank")}
+            if got:
+                site = ck.site(self.NAME, fn, [], what=", ".join(f".{d} {v}".strip() for d, v in got.items()))
+                if site is not None:
+                    out.append(site)
+        return out
 
 
 class _Declared(Mechanism):

@@ -377,6 +377,19 @@ class VectorAccess(Mechanism):
                                path=node_path(k.tree, a.node)))
         return out
 
+    def compiled(self, ck) -> list:
+        """Global (or generic) loads and stores of two or more lanes (.v2 / .v4) or 16 bytes (.b128).
+        A 4-byte packed access (half2) looks like any 32-bit access: the source detector sees it."""
+        out = []
+        for fn in ck.module.functions:
+            for i in fn.instrs:
+                if i.op in ("ld", "st") and i.space in ("global", "generic") and \
+                        (i.vector >= 2 or i.access_bytes >= 16):
+                    site = ck.site(self.NAME, fn, [i])
+                    if site is not None:
+                        out.append(site)
+        return out
+
     def deoptimize(self, k: Kernel, feature: Feature):
         a = dict(_accesses(k)).get(feature.locus)
         if a is None:

@@ -70,6 +70,64 @@ class _Red:
         return self.loop
 
 
+_COMBINE = ("add", "sub", "mul", "fma", "mad", "max", "min", "and", "or", "xor")
+
+
+def _reduction_shuffles(ck, fn) -> list:
+    """Butterfly / down shuffles that are steps of a reduction: the shuffled value (or a value one
+    step from it) is combined (add, max, fma, ...) with the value the lane sent (or one step from it),
+    and the combination flows into a shuffle again (the next step, or the same one around a loop).
+    A compare-exchange (the result taken through both min and max, as a bitonic network does) is not
+    a reduction."""
+    from klineage.mechanisms.compiled import MOVES
+    out = []
+    shuffles = [i for i in fn.instrs if i.op == "shfl" and (i.has("bfly") or i.has("down"))]
+    shuffle_inputs = set()
+    moved_in = {}
+    for s in shuffles:
+        regs = _moved(ck, fn, s.srcs[:1], back=True)
+        moved_in[s.index] = regs
+        shuffle_inputs |= regs
+    for s in shuffles:
+        res = _moved(ck, fn, s.dests[:1], back=False)
+        sent = _moved(ck, fn, list(moved_in[s.index]), back=False)
+        near_res = res | _one_step(fn, res)
+        near_sent = sent | _one_step(fn, sent)
+        combines = [u for r in near_res for u in fn.uses.get(r, []) if u.op in _COMBINE
+                    and set(u.srcs) & near_sent and u.op not in MOVES]
+        direct = {u.op for r in res for u in fn.uses.get(r, [])}
+        if not combines or {"min", "max"} <= direct:
+            continue
+        outs = _moved(ck, fn, [d for c in combines for d in c.dests], back=False)
+        outs |= _one_step(fn, outs)
+        outs = _moved(ck, fn, list(outs), back=False)
+        if outs & shuffle_inputs:
+            out.append((s, combines))
+    return out
+
+
+def _moved(ck, fn, regs, back: bool) -> set:
+    """`regs` and the registers value moves (and selects: an if/else merge compiles to selp) copy them to
+    (forward) or from (back)."""
+    from klineage.mechanisms.compiled import MOVES
+    MOVES = MOVES + ("selp",)
+    seen, frontier = set(regs), list(regs)
+    while frontier:
+        r = frontier.pop()
+        nxt = ([s for d in fn.defs.get(r, []) if d.op in MOVES for s in d.srcs] if back else
+               [d for u in fn.uses.get(r, []) if u.op in MOVES for d in u.dests])
+        for n in nxt:
+            if n not in seen:
+                seen.add(n)
+                frontier.append(n)
+    return seen
+
+
+def _one_step(fn, regs) -> set:
+    """Registers computed by one arithmetic instruction from `regs`."""
+    return {d for r in regs for u in fn.uses.get(r, []) if u.op in _COMBINE for d in u.dests}
+
+
 def _args(call: ts.Node) -> list:
     return [a for a in call.child_by_field_name("arguments").named_children if a.type != "comment"]
 
@@ -258,6 +316,18 @@ class WarpReduction(Mechanism):
                                detail=detail(shuffle=f"__{r.kind}_sync", form=r.form, steps=len(r.stmts)
                                              if r.form == "unrolled" else "loop", mask=r.mask),
                                path=node_path(k.tree, r.loop or r.stmts[0])))
+        return out
+
+    def compiled(self, ck) -> list:
+        """Reduction steps over shuffles (see _reduction_shuffles) and hardware warp reductions (redux.sync)."""
+        out = []
+        for fn in ck.module.functions:
+            steps = [(s, [s, *c]) for s, c in _reduction_shuffles(ck, fn)]
+            steps += [(i, [i]) for i in fn.instrs if i.op == "redux"]
+            for s, instrs in steps:
+                site = ck.site(self.NAME, fn, [s], what=" + ".join(dict.fromkeys(i.opcode for i in instrs)))
+                if site is not None:
+                    out.append(site)
         return out
 
     def deoptimize(self, k: Kernel, feature: Feature):
