@@ -8,9 +8,11 @@ compile to PTX, are audited on the source detectors alone, and the record says w
 (`compiler_unavailable`).
 
 Rules steps: exactly the declared (mechanism, locus) is gone and every other feature is kept, and
-no feature appears. The compiler side adds the features the source detectors do not see (an
-unfamiliar idiom) and catches a rewrite that silently changes the generated code elsewhere: a kept
-feature the compiler confirmed before and no longer sees, or sees only now. Versions steps (read
+no feature appears. The compiler side, compared per family and compiled kernel (line attribution
+moves when a loop is unrolled or a helper inlined; presence in a kernel does not), adds the
+mechanisms the source detectors do not see (an unfamiliar idiom) and catches a rewrite that silently
+changes the generated code elsewhere: a family the source keeps that the compiler no longer (or only
+now) sees, or a removed mechanism the code still has. Versions steps (read
 forward, K_{i-1} -> K_i): no mechanism kind of K_{i-1} is lost; the kinds K_i adds are exactly the
 declared mechanism (with its companions) when a detector knows it, and none when the declared
 mechanism is one no detector sees (a structural step such as warp_per_row) or one a family covers
@@ -62,15 +64,9 @@ def _compiler_view(before, after):
     return eb, ea, ""
 
 
-def _compiler_only(ev) -> dict:
-    from klineage.mechanisms.evidence import COMPILER
-    return {f.key: f for f in ev.found if f.by == COMPILER}
-
-
-def _confirmed(ev) -> dict:
-    """Source features -> whether the compiler confirms them."""
-    from klineage.mechanisms.evidence import BOTH, COMPILER
-    return {f.key: f.by == BOTH for f in ev.found if f.by != COMPILER}
+def _presence(ev) -> dict:
+    from klineage.mechanisms.evidence import presence
+    return presence(ev)
 
 
 def _pairs(keys) -> list[list[str]]:
@@ -91,18 +87,39 @@ def audit_rules(before: list[Feature], after: list[Feature], mechanism: str, loc
     if eb is None:
         out["compiler_unavailable"] = unavailable
         return out
-    cb, ca = _compiler_only(eb), _compiler_only(ea)
-    sb, sa = _confirmed(eb), _confirmed(ea)
-    kept = (sb.keys() & sa.keys()) - {(mechanism, locus)}
-    found = {"removed": _pairs(cb.keys() - ca.keys()), "added": _pairs(ca.keys() - cb.keys()),
-             "no_longer_compiled": _pairs(k for k in kept if sb[k] and not sa[k]),
-             "newly_compiled": _pairs(k for k in kept if sa[k] and not sb[k])}
-    found = {k: v for k, v in found.items() if v}
+    found = _compiled_changes(_presence(eb), _presence(ea), mechanism)
     if found:
         out.update(ok=False, compiler=found,
-                   reason=f"{mechanism} at {locus} is removed in the source, but the generated code changes "
-                          f"elsewhere: " + "; ".join(f"{k.replace('_', ' ')} {v}" for k, v in found.items()))
+                   reason=f"{mechanism} at {locus} is removed in the source, but the generated code says otherwise: "
+                          + "; ".join(f"{k.replace('_', ' ')} {v}" for k, v in found.items()))
     return out
+
+
+def _compiled_changes(pb: dict, pa: dict, mechanism: str) -> dict:
+    """What the compiler saw change across a rules step, by (family, compiled kernel): a family the
+    compiler alone sees appears or goes (`added`, `removed`); a family the source still has in a kernel
+    is compiled there no longer, or only now (`no_longer_compiled`, `newly_compiled`); the removed
+    mechanism is gone from a kernel's source but not from its code (`still_compiled`)."""
+    keys = pb.keys() | pa.keys()
+    get = lambda p, key: p.get(key, (False, False))  # noqa: E731
+    added, removed, lost, gained, still = [], [], [], [], []
+    for key in sorted(keys):
+        (sb, cb), (sa, ca) = get(pb, key), get(pa, key)
+        if not sb and not sa:
+            if ca and not cb:
+                added.append(key)
+            elif cb and not ca:
+                removed.append(key)
+        elif sb and sa:
+            if cb and not ca:
+                lost.append(key)
+            elif ca and not cb:
+                gained.append(key)
+        elif sb and not sa and key[0] == mechanism and ca:
+            still.append(key)
+    out = {"added": _pairs(added), "removed": _pairs(removed), "no_longer_compiled": _pairs(lost),
+           "newly_compiled": _pairs(gained), "still_compiled": _pairs(still)}
+    return {k: v for k, v in out.items() if v}
 
 
 def covered_by(mechanism: str) -> set[str]:
@@ -184,11 +201,10 @@ def audit_rederived(original: list[Feature], rederived: list[Feature]) -> dict:
     if eo is None:
         out["compiler_unavailable"] = unavailable
         return out
-    co, cr = set(_compiler_only(eo)), set(_compiler_only(er))
-    so, sr = _confirmed(eo), _confirmed(er)
-    differ = sorted(k for k in so.keys() & sr.keys() if so[k] != sr[k])
-    if co != cr or differ:
-        out.update(ok=False, compiler={k: v for k, v in {"missing": _pairs(co - cr), "extra": _pairs(cr - co),
-                                                         "compiled_differently": _pairs(differ)}.items() if v},
-                   reason="the re-derived kernel compiles to different mechanisms than the original")
+    po, pr = _presence(eo), _presence(er)
+    differ = sorted(key for key in po.keys() | pr.keys() if po.get(key, (False, False))[1] != pr.get(key, (False, False))[1])
+    if differ:
+        out.update(ok=False, compiler={"compiled_differently": _pairs(differ)},
+                   reason="the re-derived kernel compiles to different mechanisms than the original: "
+                          f"{_pairs(differ)}")
     return out

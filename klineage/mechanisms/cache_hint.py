@@ -52,6 +52,31 @@ def _asked_hints(ck, i) -> list[str]:
     return ops
 
 
+_PTX_HINT = re.compile(r"^(?:ld|st)\.global(?:\.\w+)*?\.(?:nc|cs|cg|lu|ca|cv|wt|wb|L1::\w+|L2::evict\w*|"
+                       r"L2::cache_hint)\b")
+
+
+def _other_forms(k: Kernel) -> list[Feature]:
+    """Hints the rewrite does not take (seen, not removable): hand-written PTX loads and stores with a
+    cache operator, and project macros over the intrinsics (`#define LDG(p) __ldg(p)`)."""
+    from klineage.mechanisms.codescan import asm_ops, call_args, macro_calls
+    items = []
+    for op in asm_ops(k):
+        if _PTX_HINT.match(op.opcode):
+            items.append((f"{op.function}:asm:{op.opcode}", (op.node, op.opcode, "inline PTX")))
+    alt = "|".join(map(re.escape, LOADS + STORES))
+    for fn, call, macro, m in macro_calls(k, rf"\b({alt})\s*\("):
+        args = call_args(call)
+        items.append((f"{fn}:{macro}:{squash(k.tree.text_of(args[0])) if args else ''}", (call, m.group(1), macro)))
+    out = []
+    for locus, (node, what, via) in number_loci(items):
+        kind = "store" if what.startswith(("st", "__st")) else "load"
+        out.append(Feature(CacheHint.NAME, locus, k.lines(node), anchor=f"global {kind}",
+                           detail=detail(intrinsic=what, hint=HINT_OF.get(what, what), via=via), removable=False,
+                           path=node_path(k.tree, node)))
+    return out
+
+
 def _paren(text: str) -> str:
     return text if re.fullmatch(r"[A-Za-z_]\w*", text) else f"({text})"
 
@@ -72,7 +97,7 @@ class CacheHint(Mechanism):
             kind = "load" if name in LOADS else "store"
             out.append(Feature(self.NAME, locus, k.lines(call), anchor=f"global {kind}",
                                detail=detail(intrinsic=name, hint=HINT_OF[name]), path=node_path(k.tree, call)))
-        return out
+        return out + _other_forms(k)
 
     def compiled(self, ck) -> list:
         """Global accesses carrying a cache operator the source asked for (see _asked_hints)."""

@@ -48,6 +48,103 @@ def per_thread_name(name: str) -> bool:
     return bool(_NAME.search(_snake(name)))
 
 
+_ITEMS = re.compile(r"(?:^|_)(?:ITEMS|ELEMS|ELEMENTS|VECS|VALUES|OUTS|OUTPUTS)(?:_|$)")
+
+
+def item_name(name: str) -> bool:
+    """A count name that says per thread only by its use (`kItems`, `VECS`): a count of items sizing
+    a register array is a per-thread count; the same name sizing a shared tile is not."""
+    return bool(_ITEMS.search(_snake(name)))
+
+
+def _register_extent(size: ts.Node) -> bool:
+    """The array whose extent `size` is, is a local (register) array, not __shared__ or static."""
+    decl = next((a for a in syntax.ancestors(size) if a.type in ("declaration", "field_declaration",
+                                                                 "parameter_declaration")), None)
+    if decl is None or decl.type != "declaration":
+        return False
+    words = {c.text.decode() for c in decl.children if c.type in ("type_qualifier", "storage_class_specifier")}
+    return syntax.enclosing_function(decl) is not None and not words & {"__shared__", "static", "extern", "__constant__"}
+
+
+def _template_counts(k: Kernel, seen: set[str]) -> list[Feature]:
+    """Template parameters without a default that carry a per-thread count, their value taken from the
+    file's one instantiation (`silu_mul<256, 4><<<...>>>`). Seen, not rewritten: the count lives at
+    the launch."""
+    from klineage.mechanisms.codescan import scan
+    s = scan(k)
+    out = []
+    for fn in s.fns:
+        values = _literal_template_arguments(k, s, fn)
+        for name, value in values.items():
+            locus = f"{fn.name}:{name}"
+            if value < 2 or locus in seen or not (per_thread_name(name) or item_name(name)):
+                continue
+            uses = _uses(k, name, fn.node, None)
+            if not per_thread_name(name):
+                uses = [u for u in uses if u[0] == "extent" and _register_extent(u[2])]
+            if not uses or not _device(fn.node):
+                continue
+            out.append(Feature(Coarsening.NAME, locus, k.lines(fn.node)[:1] * 2, anchor="per-thread count",
+                               detail=detail(value=value, form="template argument",
+                                             uses=",".join(sorted({u[0] for u in uses})), functions=fn.name),
+                               removable=False, path=f"{fn.name} > template parameter {name}"))
+    return out
+
+
+def _literal_template_arguments(k: Kernel, s, fn) -> dict[str, int]:
+    """Template parameters of `fn` the file instantiates one way only with an integer literal (a named
+    constant passed as the argument is a feature of its own: the constant)."""
+    values = s.template_values(fn)
+    if not values:
+        return {}
+    decl = fn.node.parent
+    params = _template_params(decl) if decl is not None and decl.type == "template_declaration" else []
+    insts = [n for n in walk(k.tree.root) if n.type == "template_function" and
+             k.tree.text_of(n.child_by_field_name("name")) == fn.name and n.child_by_field_name("arguments") is not None]
+    out = {}
+    for i, name in enumerate(params):
+        texts = {k.tree.text_of(a) for n in insts for j, a in enumerate(
+            x for x in n.child_by_field_name("arguments").named_children if x.type != "comment") if j == i}
+        if name in values and len(texts) == 1 and re.fullmatch(r"\d+[uUlL]*", texts.pop()):
+            out[name] = values[name]
+    return out
+
+
+def _grid_stride_loops(k: Kernel) -> list[Feature]:
+    """Grid-stride loops: the index advances by a stride built from gridDim (`i += blockDim.x *
+    gridDim.x`, or a variable holding such a product), so a grid smaller than the problem gives each
+    thread (warp, tile) several items. Seen, not rewritten: the count is chosen at launch."""
+    from klineage.mechanisms.codescan import assignments, base_name, scan
+    s = scan(k)
+    out = []
+    for fn in s.fns:
+        if not _device(fn.node):
+            continue
+        grid_vars = {base_name(lhs) for lhs, op, rhs, _ in assignments(fn.node)
+                     if op == "=" and "gridDim" in rhs.text.decode()} - {None}
+        items = []
+        for lp in s.loops(fn):
+            if not k.live(lp.node):
+                continue
+            upd = lp.node.child_by_field_name("update") if lp.node.type == "for_statement" else None
+            steps = [upd] if upd is not None else [st for _, _, _, st in assignments(lp.body)]
+            for st in steps:
+                text = re.sub(r"\s+", " ", st.text.decode())
+                m = re.search(r"\b(\w+) \+= (.+)$|\b(\w+) = \3 \+ (.+)$", text)
+                if not m:
+                    continue
+                stride = m.group(2) or m.group(4)
+                if "gridDim" in stride or set(re.findall(r"[A-Za-z_]\w*", stride)) & grid_vars:
+                    items.append((f"{fn.name}:grid_stride:{m.group(1) or m.group(3)}", (lp, stride)))
+                    break
+        for locus, (lp, stride) in number_loci(items):
+            out.append(Feature(Coarsening.NAME, locus, k.lines(lp.node), anchor="grid-stride loop",
+                               detail=detail(form="grid-stride loop", stride=stride.rstrip(";").strip()),
+                               removable=False, path=syntax.node_path(k.tree, lp.node)))
+    return out
+
+
 @functools.lru_cache(maxsize=64)
 def _macro_lines(digest: str, source: str) -> frozenset[int]:
     """Lines of `#define`s the preprocessor keeps (libclang's record; dead #if branches have none)."""
@@ -79,11 +176,18 @@ def _constants(k: Kernel):
             start = value_node.start_byte + m.start(1)
             items.append((name, (name, int(m.group(1)), (start, start + len(m.group(1))), "#define", None, node)))
             continue
-        node = caps.get("constexpr", caps.get("default"))[0]
+        node = (caps.get("constexpr") or caps.get("default") or caps.get("const") or caps.get("member"))[0]
         if not k.live(node):
             continue
         m = re.fullmatch(r"(\d+)[uUlL]*", value_node.text.decode())
         if not m:
+            continue
+        if "member" in caps:
+            owner = next((a for a in syntax.ancestors(node) if a.type in ("struct_specifier", "class_specifier")), None)
+            oname = owner.child_by_field_name("name") if owner is not None else None
+            locus = f"{oname.text.decode()}::{name}" if oname is not None else name
+            span = (value_node.start_byte, value_node.start_byte + len(m.group(1)))
+            items.append((locus, (name, int(m.group(1)), span, "static constexpr member", None, node)))
             continue
         if "default" in caps:
             tmpl = next((a for a in syntax.ancestors(node) if a.type == "template_declaration"), None)
@@ -93,7 +197,7 @@ def _constants(k: Kernel):
             scope, form, locus = tmpl, "template default", f"{syntax.function_name(fn)}:{name}"
         else:
             fn = syntax.enclosing_function(node)
-            scope, form = fn, "constexpr"
+            scope, form = fn, "constexpr" if "constexpr" in caps else "const"
             locus = f"{syntax.function_name(fn)}:{name}" if fn is not None else name
         span = (value_node.start_byte, value_node.start_byte + len(m.group(1)))
         items.append((locus, (name, int(m.group(1)), span, form, scope, node)))
@@ -219,9 +323,11 @@ class Coarsening(Mechanism):
     def detect(self, k: Kernel) -> list[Feature]:
         out = []
         for locus, (name, value, span, form, scope, node) in _constants(k):
-            if value < 2 or not per_thread_name(name):
+            if value < 2 or not (per_thread_name(name) or item_name(name)):
                 continue
             uses = _kernel_uses(k, name, form, scope, node)
+            if not per_thread_name(name):
+                uses = [u for u in uses if u[0] == "extent" and _register_extent(u[2])]
             if not uses:
                 continue
             kinds = sorted({u[0] for u in uses})
@@ -232,7 +338,7 @@ class Coarsening(Mechanism):
                                detail=detail(value=value, form=form, uses=",".join(kinds), functions=",".join(fns)),
                                path=(f"{k.function_of(node)} > " if scope is not None else "file > ")
                                + f"{form} {name}"))
-        return out
+        return out + _template_counts(k, {f.locus for f in out}) + _grid_stride_loops(k)
 
     def deoptimize(self, k: Kernel, feature: Feature):
         hit = dict(_constants(k)).get(feature.locus)

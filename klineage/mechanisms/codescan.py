@@ -296,6 +296,87 @@ def scan(k: Kernel) -> Scan:
     return s
 
 
+# ---- hand-written PTX and macros ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AsmOp:
+    function: str
+    node: object        # the gnu_asm_expression
+    opcode: str         # one PTX instruction of its template, e.g. "ld.global.cs.v4.f32"
+
+
+_PTX_OP = re.compile(r"(?:^|[;{}\n]|\\n)\s*(?:@!?%?\w+\s+)?([a-z][a-z0-9_]*(?:\.[\w:]+)+)")
+
+
+def asm_ops(k: Kernel) -> list[AsmOp]:
+    """The PTX instructions of every live `asm(...)` statement in a function (its template strings
+    joined, macros not involved), in source order."""
+    out = []
+    s = scan(k)
+    for n in walk(k.tree.root):
+        if n.type != "gnu_asm_expression" or not s.live(n.start_point.row + 1):
+            continue
+        fn = s.fn_of(n)
+        if fn is None:
+            continue
+        text = "".join(_string_text(c) for c in n.children if c.type in ("string_literal", "concatenated_string"))
+        for m in _PTX_OP.finditer(text):
+            out.append(AsmOp(fn.name, n, m.group(1)))
+    return out
+
+
+def _string_text(node) -> str:
+    if node.type == "concatenated_string":
+        return "".join(_string_text(c) for c in node.named_children)
+    return node.text.decode()[1:-1] if node.type == "string_literal" else ""
+
+
+def macro_calls(k: Kernel, pattern: str | re.Pattern) -> list[tuple[str, object, str, re.Match]]:
+    """(function, call node, macro name, match) for live calls of a function-like macro whose body
+    (macros in it expanded, three levels) matches `pattern`."""
+    s = scan(k)
+    pat = re.compile(pattern) if isinstance(pattern, str) else pattern
+    hits = {}
+    every = _all_definitions(k)
+    for name in s.macros:
+        body = " ".join(every.get(name, [s.macros[name]]))
+        seen, frontier = {name}, body
+        for _ in range(3):
+            more = [s.macros[w] for w in set(_IDENT.findall(frontier)) if w in s.macros and w not in seen]
+            seen |= set(_IDENT.findall(frontier)) & set(s.macros)
+            if not more:
+                break
+            frontier = " ".join(more)
+            body += " " + frontier
+        m = pat.search(body)
+        if m:
+            hits[name] = m
+    if not hits:
+        return []
+    out = []
+    for n in walk(k.tree.root):
+        name = callee_name(n) if n.type == "call_expression" else \
+            (re.match(r"[A-Za-z_]\w*", k.tree.text_of(n)) or [""])[0] if n.type == "for_statement" else ""
+        if name in hits and s.live(n.start_point.row + 1):
+            fn = s.fn_of(n)
+            if fn is not None:
+                out.append((fn.name, n, name, hits[name]))
+    return out
+
+
+def _all_definitions(k: Kernel) -> dict[str, list[str]]:
+    """Every body a macro is defined with, all preprocessor branches (`#if __CUDA_ARCH__ >= 350` and
+    its `#else`: the device pass keeps the first, the host pass libclang reads the second)."""
+    out: dict[str, list[str]] = {}
+    for n in walk(k.tree.root):
+        if n.type in ("preproc_def", "preproc_function_def"):
+            name, value = n.child_by_field_name("name"), n.child_by_field_name("value")
+            if name is not None and value is not None:
+                out.setdefault(k.tree.text_of(name), []).append(
+                    _COMMENT.sub(" ", k.tree.text_of(value)).replace("\\\n", " "))
+    return out
+
+
 # ---- node helpers ---------------------------------------------------------------------------
 
 def strip(node):

@@ -175,8 +175,11 @@ class CompiledKernel:
         return out
 
     def values_to(self, fn: ptx.Function, reg: str, through=MOVES, depth: int = 6) -> list[Instr]:
-        """The instructions that consume `reg`, looking forward through value moves (`through`)."""
+        """The instructions that consume `reg`, looking forward through value moves (`through`) and
+        through local memory (a register array indexed at run time lives there: a value stored to it is
+        taken to reach every local load of the function)."""
         out, seen, frontier = [], set(), [reg]
+        local_loads = None
         for _ in range(depth):
             nxt = []
             for r in frontier:
@@ -186,6 +189,10 @@ class CompiledKernel:
                     seen.add(u.index)
                     if u.op in through:
                         nxt += list(u.dests)
+                    elif u.op == "st" and u.space == "local" and r not in ptx._regs(u.operands[0]):
+                        if local_loads is None:
+                            local_loads = [i for i in fn.instrs if i.op == "ld" and i.space == "local"]
+                        nxt += [d for i in local_loads for d in i.dests]
                     else:
                         out.append(u)
             frontier = nxt

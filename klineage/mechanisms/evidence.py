@@ -3,9 +3,10 @@ its compiler-evidence signature says so, and records which found it.
 
 `evidence(source)` gives `Found` records: each source feature (klineage.mechanisms.detect_all) with
 the compiler sites that confirm it ("both") or none ("source"), and one compiler-only feature
-("compiler") per family, source function and instruction class the source detectors did not see
-(locus `function:ptx:CLASS`, e.g. `row_sum:ptx:shfl.sync.bfly.b32`; not removable, since no rewrite
-knows its text). A locus inside a `__device__` helper says so (`helper`, and the kernels it was
+("compiler") per family and compiled kernel the source detectors did not see
+(locus `KERNEL:ptx:FAMILY`, e.g. `row_sum:ptx:warp_reduction`, per compiled kernel where the source
+detectors see nothing of the family in the kernel's call tree; not removable, since no rewrite knows
+its text). A locus inside a `__device__` helper says so (`helper`, and the kernels it was
 inlined into). When the source does not compile to PTX (or nvcc is missing) the compiler side is
 empty and `compiler_error` says why: the features are the source detectors' alone.
 """
@@ -87,15 +88,43 @@ def _function_of(f: Feature) -> str:
     return f.locus.split(":", 1)[0] if ":" in f.locus else ""
 
 
-def _meets(site: Site, f: Feature, mode: str, ck: CompiledKernel) -> bool:
-    if mode == "function":
-        fn = _function_of(f)
-        return fn == site.function or fn in {ck.function_at(ln) for ln in site.lines}
-    a, b = f.lines
-    return any(a <= ln <= b for ln in site.lines)
+def _trees(k: Kernel) -> dict[str, set[str]]:
+    """Each source function with the in-file functions it calls, transitively (what one compiled
+    kernel holds once its helpers are inlined)."""
+    from klineage.mechanisms.codescan import scan
+    s = scan(k)
+    calls = {}
+    for f in s.fns:
+        calls.setdefault(f.name, set()).update(f.calls)
+    out = {}
+    for name in calls:
+        seen, frontier = {name}, [name]
+        while frontier:
+            for c in calls.get(frontier.pop(), ()):
+                if c not in seen:
+                    seen.add(c)
+                    frontier.append(c)
+        out[name] = seen
+    return out
+
+
+def _closest(site: Site, feats: list[Feature], mode: str) -> Feature:
+    """The source feature a site confirms: the one whose span holds one of its lines (whose function it
+    is in, for function-scoped families), else the nearest."""
+    for f in feats:
+        if mode == "function" and _function_of(f) == site.function:
+            return f
+        if any(f.lines[0] <= ln <= f.lines[1] for ln in site.lines):
+            return f
+    return min(feats, key=lambda f: min((abs(ln - f.lines[0]) for ln in site.lines), default=0))
 
 
 def _unite(k: Kernel, ck: CompiledKernel | None) -> Evidence:
+    """Attach compiler sites to source features kernel by kernel. In each compiled kernel (a PTX
+    function: the kernel with its helpers inlined), a family the source detectors see somewhere in the
+    kernel's call tree is confirmed by the kernel's sites of that family (each attached to the nearest
+    feature: line attribution moves with unrolling and inlining, presence in a kernel does not); a
+    family they do not see there becomes one compiler-only feature for that kernel."""
     mechs = registry()
     src = detect_all(k)
     helpers = {fn.name for fn in k.sem.functions if fn.space == "device"}
@@ -110,32 +139,60 @@ def _unite(k: Kernel, ck: CompiledKernel | None) -> Evidence:
         except Exception as e:  # a signature that trips on unusual PTX must not take the features down
             sites_by[name] = []
             failures.append(f"the {name} signature failed: {type(e).__name__}: {e}")
-    used: set[int] = set()
+    trees = _trees(k)
+    confirms: dict[int, list[Site]] = {}
+    orphans: dict[tuple[str, str], list[Site]] = {}
+    for name, sites in sites_by.items():
+        mode = mechs[name].COMPILED_MATCH
+        for s in sites:
+            tree = trees.get(s.kernel, {s.kernel}) | {s.function}
+            mine = [f for f in src if f.mechanism == name and (_function_of(f) in tree or not _function_of(f))]
+            if mine:
+                confirms.setdefault(id(_closest(s, mine, mode)), []).append(s)
+            else:
+                orphans.setdefault((name, s.kernel or s.function), []).append(s)
     found = []
     for f in src:
-        mode = mechs[f.mechanism].COMPILED_MATCH if f.mechanism in mechs else "lines"
-        hits = [s for s in sites_by.get(f.mechanism, []) if _meets(s, f, mode, ck)]
-        used |= {id(s) for s in hits}
+        hits = confirms.get(id(f), [])
         fn = _function_of(f)
         kernels = tuple(sorted({s.kernel for s in hits if s.kernel and s.kernel != fn}))
         found.append(Found(f, BOTH if hits else SOURCE, tuple(hits), fn if fn in helpers else "", kernels))
-    groups: dict[tuple[str, str, str], list[Site]] = {}
-    for name, sites in sites_by.items():
-        for s in sites:
-            if id(s) not in used:
-                groups.setdefault((name, s.function, _tag(s.what)), []).append(s)
-    for (name, fn, tag), sites in sorted(groups.items(), key=lambda kv: (list(mechs).index(kv[0][0]), kv[0][1:])):
-        lines = sorted({ln for s in sites for ln in s.lines[:1]})
-        text = squash(k.tree.line_text(lines[0], lines[0])) if lines else ""
-        feat = Feature(name, f"{fn}:ptx:{tag}", (lines[0], lines[-1]) if lines else (0, 0),
-                       anchor=f"compiled {tag}", removable=False,
-                       detail=detail(evidence=COMPILER, instructions=len(sites), what=sites[0].what,
-                                     source_line=text[:160]),
-                       path=f"{fn}{' (device helper)' if fn in helpers else ''} > compiled {tag}"
-                            f"@L{lines[0] if lines else 0}")
-        kernels = tuple(sorted({s.kernel for s in sites if s.kernel and s.kernel != fn}))
-        found.append(Found(feat, COMPILER, tuple(sites), fn if fn in helpers else "", kernels))
+    for (name, kernel), sites in sorted(orphans.items(), key=lambda kv: (list(mechs).index(kv[0][0]), kv[0][1])):
+        lines = sorted({s.line for s in sites if s.line})
+        first = min(sites, key=lambda s: s.line or 0)
+        where = sorted({s.function for s in sites})
+        in_helper = next((w for w in where if w in helpers and w != kernel), "")
+        text = squash(k.tree.line_text(first.line, first.line)) if first.line else ""
+        feat = Feature(name, f"{kernel}:ptx:{name}", (lines[0], lines[-1]) if lines else (0, 0),
+                       anchor=f"compiled {_tag(first.what)}", removable=False,
+                       detail=detail(evidence=COMPILER, instructions=len(sites), what=first.what,
+                                     functions=",".join(where), source_line=text[:160]),
+                       path=f"{first.function}{' (device helper)' if first.function in helpers else ''} > "
+                            f"compiled {_tag(first.what)}@L{first.line}")
+        found.append(Found(feat, COMPILER, tuple(sorted(sites, key=lambda s: s.line)), in_helper,
+                           (kernel,) if in_helper else ()))
     return Evidence(found, ck, "; ".join(failures))
+
+
+def presence(ev: "Evidence") -> dict[tuple[str, str], tuple[bool, bool]]:
+    """(family, compiled kernel) -> (the source detectors see the family in the kernel's call tree,
+    the compiler does): what the audit compares across a step, robust to lines moving."""
+    ck = ev.compiled
+    if ck is None or not ck.ok:
+        return {}
+    trees = _trees(ck.k)
+    out: dict[tuple[str, str], list[bool]] = {}
+    kernels = {fn.base_name for fn in ck.module.functions}
+    for kernel in kernels:
+        tree = trees.get(kernel, {kernel})
+        for f in ev.found:
+            if f.by != COMPILER and _function_of(f.feature) in tree:
+                out.setdefault((f.feature.mechanism, kernel), [False, False])[0] = True
+    for f in ev.found:
+        for s in f.sites:
+            if s.kernel:
+                out.setdefault((f.feature.mechanism, s.kernel), [False, False])[1] = True
+    return {k: (v[0], v[1]) for k, v in out.items()}
 
 
 def _tag(what: str) -> str:

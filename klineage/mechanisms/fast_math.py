@@ -13,7 +13,7 @@ from klineage.parse.syntax import Edit
 
 # fast intrinsic -> (precise callee, arity); callee None means an arithmetic template.
 FAST = {"__expf": "expf", "__exp10f": "exp10f", "__logf": "logf", "__log2f": "log2f", "__sinf": "sinf",
-        "__cosf": "cosf", "__tanf": "tanf", "__powf": "powf"}
+        "__cosf": "cosf", "__tanf": "tanf", "__powf": "powf", "__sincosf": "sincosf"}
 TEMPLATES = {"__fdividef": ("({0}) / ({1})", 2), "__frcp_rn": ("(1.0f / ({0}))", 1),
              "rsqrtf": ("(1.0f / sqrtf({0}))", 1)}
 PRECISE = {v: k for k, v in FAST.items()}
@@ -30,6 +30,27 @@ def _calls(k: Kernel, names) -> list:
 
 
 _EXP2_CALLS = ("exp2f", "exp2", "exp2l")
+
+
+def _other_forms(k: Kernel) -> list[Feature]:
+    """Fast math the rewrite does not take (seen, not removable): hand-written PTX approximations
+    (tanh.approx, sin.approx, rcp.approx, ...; not ex2.approx, the base-2 exponential mechanism of its
+    own), and project macros over the intrinsics (`#define FAST_EXP(x) __expf(x)`), one feature per
+    function and macro or instruction."""
+    import re
+    from klineage.mechanisms.codescan import asm_ops, macro_calls
+    groups: dict[tuple[str, str], list] = {}
+    for op in asm_ops(k):
+        parts = op.opcode.split(".")
+        if "approx" in parts and parts[0] != "ex2":
+            groups.setdefault((op.function, "asm:" + ".".join(parts[:2])), []).append((op.node, op.opcode))
+    names = "|".join(map(re.escape, sorted(set(FAST) | set(TEMPLATES) - {"rsqrtf"})))
+    for fn, call, macro, m in macro_calls(k, rf"(?<![\w.])({names})\s*\("):
+        groups.setdefault((fn, macro), []).append((call, m.group(1)))
+    return [Feature(FastMath.NAME, f"{fn}:{name}", (k.lines(hits[0][0])[0], k.lines(hits[-1][0])[1]),
+                    anchor=f"math call {name}", detail=detail(intrinsic=hits[0][1], calls=len(hits)),
+                    removable=False, path=f"{fn} > {name}")
+            for (fn, name), hits in groups.items()]
 
 
 class FastMath(Mechanism):
@@ -50,7 +71,7 @@ class FastMath(Mechanism):
         return [Feature(self.NAME, f"{fn}:{name}", (k.lines(calls[0])[0], k.lines(calls[-1])[1]),
                         anchor=f"math call {name}", detail=detail(intrinsic=name, calls=len(calls)),
                         path=f"{fn} > call {name}")
-                for (fn, name), calls in groups.items()]
+                for (fn, name), calls in groups.items()] + _other_forms(k)
 
     def compiled(self, ck) -> list:
         """Approximate math (.approx) the source asked for, compared with what it calls at that line:

@@ -32,10 +32,11 @@ class LaunchBounds(Mechanism):
     }
 
     def detect(self, k: Kernel) -> list[Feature]:
-        return [Feature(self.NAME, f"{name}:launch_bounds", k.lines(lb), anchor="kernel attribute",
-                        detail=detail(args=re.sub(r"\s+", " ", k.tree.text_of(lb)[len("__launch_bounds__"):]).strip()),
-                        path=f"{name} > __launch_bounds__")
-                for name, fn, lb in _bounds(k)]
+        out = [Feature(self.NAME, f"{name}:launch_bounds", k.lines(lb), anchor="kernel attribute",
+                       detail=detail(args=re.sub(r"\s+", " ", k.tree.text_of(lb)[len("__launch_bounds__"):]).strip()),
+                       path=f"{name} > __launch_bounds__")
+               for name, fn, lb in _bounds(k)]
+        return out + _through_macros(k, {f.locus for f in out})
 
     COMPILED_MATCH = "function"
 
@@ -92,6 +93,33 @@ class LaunchBounds(Mechanism):
         short = k.tree.text_of(decl).split("(")[0]
         return Applied(new, self.NAME, f"{name}:launch_bounds", before=short, after=text.strip() + " " + short,
                        config={"text": text.strip(), "kernel": name})
+
+
+def _through_macros(k: Kernel, seen: set[str]) -> list[Feature]:
+    """Kernels whose launch bounds come from a project macro (`__global__ LAUNCH_BOUNDS(256) void f`):
+    seen, but not rewritten (the macro's text is not the kernel's)."""
+    macros = {name: body for name, body in _macro_bodies(k).items() if "__launch_bounds__" in body}
+    if not macros:
+        return []
+    alt = "|".join(map(re.escape, sorted(macros)))
+    out = []
+    for fn in syntax.functions(k.tree):
+        decl = fn.child_by_field_name("declarator")
+        name = syntax.function_name(fn)
+        head = k.tree.data[fn.start_byte:decl.start_byte].decode() if decl is not None else ""
+        m = re.search(rf"\b({alt})\s*\(([^()]*(?:\([^()]*\)[^()]*)*)\)", head)
+        if m is None or f"{name}:launch_bounds" in seen or not k.live(fn):
+            continue
+        line = fn.start_point.row + 1 + head[:m.start()].count("\n")
+        out.append(Feature(LaunchBounds.NAME, f"{name}:launch_bounds", (line, line),
+                           anchor="kernel attribute", detail=detail(args=m.group(2).strip(), macro=m.group(1)),
+                           removable=False, path=f"{name} > {m.group(1)}(...) = __launch_bounds__"))
+    return out
+
+
+def _macro_bodies(k: Kernel) -> dict[str, str]:
+    from klineage.mechanisms.codescan import scan
+    return scan(k).macros
 
 
 def _launch_block(k: Kernel, name: str) -> str | None:

@@ -20,8 +20,9 @@ from klineage.parse.syntax import Edit, enclosing_function, node_path, walk
 _PAD_NAME = re.compile(r"(?i)pad|skew")
 
 
-def _arrays(k: Kernel):
-    """(function, name, decl, extents (outer first)) for live multi-dimensional shared arrays."""
+def _arrays(k: Kernel, rank: int = 2):
+    """(function, name, decl, extents (outer first)) for live shared arrays of `rank` or more dimensions
+    (rank 1: the flat arrays only)."""
     out = []
     for caps in k.tree.matches("shared_arrays"):
         decl, arr = caps["decl"][0], caps["array"][0]
@@ -31,7 +32,8 @@ def _arrays(k: Kernel):
         while d is not None and d.type == "array_declarator":
             extents.append(d.child_by_field_name("size"))
             d = d.child_by_field_name("declarator")
-        if d is None or d.type != "identifier" or len(extents) < 2 or any(e is None for e in extents):
+        if d is None or d.type != "identifier" or any(e is None for e in extents) or \
+                (len(extents) < 2 if rank == 2 else len(extents) != 1):
             continue
         out.append((k.function_of(decl), d.text.decode(), decl, list(reversed(extents))))
     return out
@@ -61,6 +63,24 @@ def _padded(k: Kernel):
         hit = _pad_of(k, extents)
         if hit is not None:
             out.append((f"{fn}:pad:{name}", (fn, name, decl, extents, *hit)))
+    return out
+
+
+def _flat_padded(k: Kernel):
+    """Flat tiles with a padded row pitch: `__shared__ T s[ROWS * (COLS + c)]` (or `(COLS + c) * ROWS`),
+    rows addressed as r * (COLS + c) + col by hand. A sum of extents (`[N + 2 * R]`, a halo) is not
+    padding. Seen, not rewritten: every index expression carries the pitch."""
+    out = []
+    for fn, name, decl, extents in _arrays(k, rank=1):
+        e = strip_parens(extents[0])
+        if e.type != "binary_expression" or e.child_by_field_name("operator").type != "*":
+            continue
+        for side, other in ((e.child_by_field_name("right"), e.child_by_field_name("left")),
+                            (e.child_by_field_name("left"), e.child_by_field_name("right"))):
+            hit = _pad_of(k, [other, side])
+            if hit is not None:
+                out.append((f"{fn}:pad:{name}", (fn, name, decl, extents, *hit)))
+                break
     return out
 
 
@@ -103,7 +123,11 @@ class SmemPadding(Mechanism):
         return [Feature(self.NAME, locus, k.lines(decl), anchor="shared tile",
                         detail=detail(pad=k.tree.text_of(c), extent=k.tree.text_of(extents[-1]), rank=len(extents)),
                         path=node_path(k.tree, decl))
-                for locus, (fn, name, decl, extents, bin_, c) in _padded(k)]
+                for locus, (fn, name, decl, extents, bin_, c) in _padded(k)] + \
+            [Feature(self.NAME, locus, k.lines(decl), anchor="shared tile",
+                     detail=detail(pad=k.tree.text_of(c), extent=k.tree.text_of(extents[0]), rank=1),
+                     removable=False, path=node_path(k.tree, decl))
+             for locus, (fn, name, decl, extents, bin_, c) in _flat_padded(k)]
 
     def deoptimize(self, k: Kernel, feature: Feature):
         hit = dict(_padded(k)).get(feature.locus)

@@ -145,7 +145,9 @@ def _is_stage_name(name: str) -> bool:
     if _NOT_A_COUNT.search(name):
         return False
     return bool(re.search(r"(?i)stages", name) or re.fullmatch(r"[A-Z0-9_]*STAGE[A-Z0-9_]*", name)
-                or re.search(r"(?i)pipe(?:line)?_?depth", name) or re.fullmatch(r"k?_?(?:PIPE|Pipe)", name))
+                or re.search(r"(?i)pipe(?:line)?_?depth", name) or re.fullmatch(r"k?_?(?:PIPE|Pipe)", name)
+                or re.fullmatch(r"(?:k_?)?(?:RING|Ring|DEPTH|Depth|NBUF|NBufs?|NUM_BUFS?|NumBufs?|BUFFERS|Buffers)",
+                                name))
 
 
 def _stage_names(s: Scan, fn) -> list[str]:
@@ -388,6 +390,9 @@ class MultistageBuffer(_Structural):
             lines = _double_buffer(s, fn)
             stages = {"stages": 2} if lines else {}
         if not lines:
+            lines = _prefetch_double_buffer(s, fn)
+            stages = {"stages": 2} if lines else {}
+        if not lines:
             return None
         info = dict(stages)
         info["copy"] = _joined(["cp.async" if "cp_async" in fn.cats else "", "tma" if "tma_copy" in fn.cats else ""])
@@ -423,6 +428,54 @@ def _double_buffer(s: Scan, fn) -> set[int]:
             out |= {decl} | _lines(hits) | {ln for ln, m in flips if any(
                 re.search(rf"\b{re.escape(m.group(1) or m.group(2))}\b", h.group(0)) for _, h in hits)}
     return out
+
+
+def _prefetch_double_buffer(s: Scan, fn) -> set[int]:
+    """Two shared stages used as a pipeline without (or around) a copy engine: an array of two tiles
+    (`[2][N]`, or one `[2 * N]` array) whose halves are picked by a toggled or parity variable (`cur =
+    k & 1`, `nxt = cur ^ 1`, `b ^= 1`), written with values that do not come from the array itself
+    (the next tile's global loads) while the other half is read. A scan's ping-pong halves, each
+    written from the other, are not a pipeline."""
+    arrays = {m.group(1): ln for ln, m in s.find(fn, r"__shared__[^;=]*?\b(\w+)\s*\[\s*(?:2\s*\]\s*\[|2\s*\*|"
+                                                     r"[^\]]*\*\s*2\s*\])")}
+    if not arrays:
+        return set()
+    flips = s.find(fn, r"\b(\w+)\s*\^=\s*1\b|\b(\w+)\s*=\s*1\s*-\s*\2\b|\b(\w+)\s*=\s*[^;=]*?(?:&\s*1|%\s*2)\s*\)?\s*;|"
+                   r"\b(\w+)\s*=\s*\w+\s*\^\s*1\s*;")
+    toggles = {next(g for g in m.groups() if g) for _, m in flips}
+    if not toggles:
+        return set()
+    alt = "|".join(sorted(map(re.escape, toggles)))
+    out = set()
+    for name, decl in arrays.items():
+        idx = rf"\b{re.escape(name)}\s*\[\s*\(?\s*(?:{alt})\s*(?:\]|\*|\^\s*1\s*\])"
+        hits = s.find(fn, idx)
+        if hits and not _written_from_itself(s, fn, name):
+            out |= {decl} | _lines(hits) | {ln for ln, m in flips if any(
+                re.search(rf"\b{re.escape(next(g for g in m.groups() if g))}\b", h.group(0)) for _, h in hits)}
+    return out
+
+
+def _written_from_itself(s: Scan, fn, name: str) -> bool:
+    """Some store into array `name` (or a pointer into it) takes a value read from the array."""
+    aliases = {name}
+    defs: dict[str, str] = {}
+    for lhs, op, rhs, _ in assignments(fn.node):
+        v = base_name(lhs)
+        if v:
+            defs[v] = defs.get(v, "") + " " + rhs.text.decode()
+        if v and re.search(rf"&\s*{re.escape(name)}\s*\[|\b{re.escape(name)}\s*\+", rhs.text.decode()):
+            aliases.add(v)
+    reads = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(aliases))) + r")\s*\[")
+    named = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(aliases))) + r")\b")
+    for lhs, op, rhs, _ in assignments(fn.node):
+        target = lhs.text.decode()
+        if not (reads.search(target) or (target.lstrip().startswith("*") and named.search(target))):
+            continue  # not a store into the array (the declaration of a pointer into it, say)
+        text = rhs.text.decode() + (" " + lhs.text.decode() if op != "=" else "")
+        if reads.search(text) or any(reads.search(defs.get(i, "")) for i in identifiers(rhs)):
+            return True
+    return False
 
 
 # ---- warp specialization ---------------------------------------------------------------------
@@ -551,13 +604,18 @@ class OnlineSoftmax(_Structural):
     ANCHOR = "running max / sum"
 
     def evidence(self, s, fn):
-        assigns = [(l, op, r) for l, op, r, st in assignments(fn.node) if s.live(st.start_point.row + 1)]
-        maxed = {base_name(l) for l, op, r in assigns if op == "=" and _is_call(r, _MAX_FNS)} - {None}
+        live = [(l, op, r, st) for l, op, r, st in assignments(fn.node) if s.live(st.start_point.row + 1)]
+        assigns = [(l, op, r) for l, op, r, st in live]
+        maxed = {base_name(l) for l, op, r in assigns if op == "=" and (_is_call(r, _MAX_FNS) or _ternary_max(r))}
+        maxed -= {None}
         pairs = set()
-        for l, op, r in assigns:
+        for l, op, r, st in live:
             a, b, rs = base_name(l), base_name(r), strip(r)
             plain = rs.type in ("identifier", "subscript_expression", "field_expression")
             if op == "=" and a and b and a != b and plain and (a in maxed or b in maxed):
+                pairs.add(frozenset((a, b)))
+            elif op == "=" and a and b and a != b and plain and _raised_under(st, l, r):
+                maxed.add(a)  # `if (x > m) { ...; m = x; }`: a running maximum written as a branch
                 pairs.add(frozenset((a, b)))
         if not pairs:
             return None
@@ -575,7 +633,7 @@ class OnlineSoftmax(_Structural):
                     derived.setdefault(v, set()).update(src)
 
         def sides(node) -> set[str]:
-            ids = identifiers(node)
+            ids = _names(node)
             return {i for i in ids if i in in_pair} | set().union(*[derived.get(i, set()) for i in ids])
 
         factors = []
@@ -588,7 +646,7 @@ class OnlineSoftmax(_Structural):
             return None
         # names holding a rescale factor (`alpha = exp2f((m_prev - m) * scale)`), not self-updates using one
         fnames = {base_name(l) for l, op, r in assigns if op == "=" and any(_within(f, r) for f in factors)
-                  and base_name(l) not in identifiers(r)} - {None}
+                  and base_name(l) not in _names(r)} - {None}
 
         def scales(node) -> bool:
             return any(_within(f, node) for f in factors) or bool(identifiers(node) & fnames)
@@ -617,6 +675,52 @@ class OnlineSoftmax(_Structural):
         lines = {n.start_point.row + 1 for n in walk(fn.node)
                  if n.type == "identifier" and n.text.decode() in new and s.live(n.start_point.row + 1)}
         return lines, ({"rescaled": ",".join(sorted(rescaled))} if len(rescaled) > 1 else {})
+
+
+def _names(node) -> set[str]:
+    """Variables and struct fields an expression reads (`md.m - m_new` -> md, m, m_new)."""
+    return identifiers(node) | {n.text.decode() for n in walk(node) if n.type == "field_identifier"}
+
+
+def _compares(cond, x, y) -> str | None:
+    """'gt' when `cond` says x > y (`x > y`, `y < x`, with >= / <=), 'lt' when x < y, else None."""
+    c = strip(cond)
+    if c is not None and c.type == "condition_clause":
+        c = strip(c.named_children[0]) if c.named_children else None
+    if c is None or c.type != "binary_expression":
+        return None
+    op = c.child_by_field_name("operator").type
+    left, right = (squash(c.child_by_field_name(f).text.decode()) for f in ("left", "right"))
+    if (left, right) == (x, y):
+        return {">": "gt", ">=": "gt", "<": "lt", "<=": "lt"}.get(op)
+    if (left, right) == (y, x):
+        return {">": "lt", ">=": "lt", "<": "gt", "<=": "gt"}.get(op)
+    return None
+
+
+def _ternary_max(node) -> bool:
+    """`a > b ? a : b` (or `b < a ? a : b`): a maximum written as a conditional expression."""
+    n = strip(node)
+    if n is None or n.type != "conditional_expression":
+        return False
+    a, b = (n.child_by_field_name(f) for f in ("consequence", "alternative"))
+    if a is None or b is None:
+        return False
+    return _compares(n.child_by_field_name("condition"), squash(a.text.decode()), squash(b.text.decode())) == "gt"
+
+
+def _raised_under(stmt, lhs, rhs) -> bool:
+    """`lhs = rhs` runs only when rhs > lhs: inside the then-branch of `if (rhs > lhs)`."""
+    x, y = squash(rhs.text.decode()), squash(lhs.text.decode())
+    for a in ancestors(stmt):
+        if a.type == "if_statement":
+            cons = a.child_by_field_name("consequence")
+            if cons is not None and cons.start_byte <= stmt.start_byte < cons.end_byte:
+                return _compares(a.child_by_field_name("condition"), x, y) == "gt"
+            return False
+        if a.type in ("function_definition", "for_statement", "while_statement"):
+            return False
+    return False
 
 
 def _is_call(node, names: set[str]) -> bool:

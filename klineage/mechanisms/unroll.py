@@ -45,13 +45,24 @@ class Unroll(Mechanism):
     }
 
     def detect(self, k: Kernel) -> list[Feature]:
-        out = []
+        out = self._macros(k)
         for locus, (n, loop, count) in _pragmas(k):
             if count == "1" or not k.live(loop):
                 continue  # `#pragma unroll 1` is the mechanism switched off
             out.append(Feature(self.NAME, locus, (k.lines(n)[0], k.lines(loop)[1]), anchor="loop",
                                detail=detail(count=count or "full"), path=node_path(k.tree, loop)))
         return out
+
+    def _macros(self, k: Kernel) -> list[Feature]:
+        """Loops unrolled through a macro that carries `_Pragma("unroll")` (a library's unrolled-for):
+        seen, not rewritten (the pragma is in the macro, shared by every loop that uses it)."""
+        from klineage.mechanisms.codescan import macro_calls
+        items = [(f"{fn}:loop:{squash(k.tree.text_of(call))}", (call, macro, m.group(1) or "full"))
+                 for fn, call, macro, m in macro_calls(k, r'_Pragma\s*\(\s*"\s*unroll\s*(\d*)\s*"\s*\)')
+                 if (m.group(1) or "") != "1"]
+        return [Feature(self.NAME, locus, k.lines(call), anchor="loop", detail=detail(count=count, macro=macro),
+                        removable=False, path=node_path(k.tree, call))
+                for locus, (call, macro, count) in number_loci(items)]
 
     def deoptimize(self, k: Kernel, feature: Feature):
         hit = dict(_pragmas(k)).get(feature.locus)

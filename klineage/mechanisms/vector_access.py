@@ -39,7 +39,7 @@ import tree_sitter as ts
 from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail, number_loci, squash
 from klineage.parse import syntax
 from klineage.parse.semantics import VECTOR_TYPES, vector_name
-from klineage.parse.syntax import Edit, node_path
+from klineage.parse.syntax import Edit, node_path, walk
 
 LOAD_HINTS = ("__ldg", "__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv")
 STORE_HINTS = ("__stcs", "__stcg", "__stwt", "__stwb")
@@ -295,6 +295,72 @@ def _accesses(k: Kernel) -> list[tuple[str, _Access]]:
     return number_loci([(f"{a.function}:{a.kind}:{squash(a.address)}", a) for a in found])
 
 
+# ---------------------------------------------------------------- forms seen, not rewritten
+
+_PTX_VECTOR = re.compile(r"^(ld|st)\.global(?:\.[\w:]+)*\.v[248]\.")
+
+
+def _pack_types(k: Kernel) -> set[str]:
+    """Struct types declared with an alignment of their own (`struct alignas(16) Pack`, `struct
+    __align__(8) Pair`, `alignas(sizeof(T) * N)`): loads and stores of one are vector accesses."""
+    out = set()
+    for n in walk(k.tree.root):
+        if n.type in ("struct_specifier", "class_specifier") and n.child_by_field_name("body") is not None:
+            name = n.child_by_field_name("name")
+            head = k.tree.data[n.start_byte:(name.end_byte if name is not None else n.start_byte)].decode()
+            if name is not None and re.search(r"\balignas\s*\(|__align__\s*\(", head):
+                out.add(name.text.decode())
+    return out
+
+
+def _other_forms(k: Kernel, taken: set[str]) -> list[Feature]:
+    """Vector accesses the rewrite does not take (seen, not removable): hand-written PTX .v2/.v4
+    global loads and stores, and accesses through a pointer to an aligned pack struct."""
+    items = []
+    from klineage.mechanisms.codescan import asm_ops
+    for op in asm_ops(k):
+        m = _PTX_VECTOR.match(op.opcode)
+        if m:
+            items.append((f"{op.function}:{'load' if m.group(1) == 'ld' else 'store'}:asm:{op.opcode}",
+                          (op.node, "load" if m.group(1) == "ld" else "store", op.opcode, "inline PTX")))
+    packs = _pack_types(k)
+    if packs:
+        for caps in k.tree.matches("derefs"):
+            node = (caps.get("deref") or caps.get("subscript"))[0]
+            fn = device_function(node)
+            if fn is None or not k.live(node):
+                continue
+            ptr = caps.get("address", caps.get("base"))[0]
+            pack = _pointee_pack(k, ptr, packs)
+            kind, _ = _use_context(node)
+            if pack is None or kind is None:
+                continue
+            if "deref" in caps:
+                address = k.tree.text_of(strip_parens(ptr))
+            else:
+                address = f"{k.tree.text_of(ptr)} + {paren(k.tree.text_of(caps['index'][0])[1:-1].strip())}"
+            items.append((f"{syntax.function_name(fn)}:{kind}:{squash(address)}", (node, kind, pack, "aligned struct")))
+    items = [(loc, v) for loc, v in items if loc not in taken]
+    return [Feature(VectorAccess.NAME, locus, k.lines(node), anchor=f"global {kind}",
+                    detail=detail(vector=what, form=via), removable=False, path=node_path(k.tree, node))
+            for locus, (node, kind, what, via) in number_loci(items)]
+
+
+def _pointee_pack(k: Kernel, expr, packs: set[str]) -> str | None:
+    e = strip_parens(expr)
+    if e is None:
+        return None
+    if e.type == "identifier":
+        d = declared(k, e.text.decode(), e)
+        if d is not None and d.pointers == 1 and not d.array:
+            base = re.sub(r"<.*", "", d.type.replace("const", "").replace("volatile", "")).strip()
+            return base if base in packs else None
+        return None
+    if e.type == "binary_expression" and e.child_by_field_name("operator").type in ("+", "-"):
+        return _pointee_pack(k, e.child_by_field_name("left"), packs)
+    return None
+
+
 # ---------------------------------------------------------------- helpers
 
 def helper_name(kind: str, vec: str) -> str:
@@ -375,7 +441,7 @@ class VectorAccess(Mechanism):
             out.append(Feature(self.NAME, locus, k.lines(a.target), anchor=f"global {a.kind}",
                                detail=detail(vector=a.vector, lanes=lanes, bytes=nbytes, form=a.form),
                                path=node_path(k.tree, a.node)))
-        return out
+        return out + _other_forms(k, {f.locus.split("#")[0] for f in out})
 
     def compiled(self, ck) -> list:
         """Global (or generic) loads and stores of two or more lanes (.v2 / .v4) or 16 bytes (.b128).

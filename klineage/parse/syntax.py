@@ -1,8 +1,10 @@
 """tree-sitter CUDA syntax trees, `.scm` queries kept as package data, and byte-range edits.
 
 Hopper-era attributes that tree-sitter-cuda 0.21 does not know (`__cluster_dims__(...)`,
-`__align__(n)` with any argument, `__maxnreg__(n)`, the third argument of `__launch_bounds__`)
-are blanked with spaces of the same length before parsing, so byte offsets and line numbers of the
+`__align__(n)` with any argument, `__maxnreg__(n)`, the third argument of `__launch_bounds__`),
+and invocations of macros that expand to an attribute (`__global__ LAUNCH_BOUNDS(256) void f()`),
+are blanked with spaces of the same length before parsing (and a loop macro's invocation, `FOR(i, n) {
+... }`, reads as a `for(;;)` of the same length), so byte offsets and line numbers of the
 tree are those of the original text and no ERROR node comes from them.
 """
 from __future__ import annotations
@@ -55,7 +57,59 @@ def _blank(text: bytes) -> bytes:
     return re.sub(rb"[^\n]", b" ", text)
 
 
+_ATTRIBUTE_MACRO = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(\([^)]*\))?[ \t]+"
+                              rb"(?:__launch_bounds__|__cluster_dims__|__maxnreg__|__align__)\b", re.M)
+
+
+def attribute_macros(data: bytes) -> set[str]:
+    """Names of macros that expand to a CUDA attribute (`#define LB(n) __launch_bounds__(n)`)."""
+    return {m.group(1).decode() for m in _ATTRIBUTE_MACRO.finditer(data)}
+
+
+def _blank_attribute_macros(data: bytes) -> bytes:
+    """Blank the invocations of attribute macros: tree-sitter would read `__global__ LB(256) void f()`
+    as two declarations and lose the kernel's __global__."""
+    names = attribute_macros(data)
+    if not names:
+        return data
+    alt = b"|".join(re.escape(n.encode()) for n in sorted(names))
+    call = re.compile(rb"\b(?:" + alt + rb")\s*" + _PARENS)
+    out = []
+    for line in data.split(b"\n"):
+        out.append(line if line.lstrip().startswith(b"#") else call.sub(lambda m: _blank(m.group(0)), line))
+    return b"\n".join(out)
+
+
+_DEFINE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)", re.M)
+_ENDS_IN_FOR = re.compile(rb"\bfor\s*\((?:[^()]|\([^()]*\))*\)\s*$")
+
+
+def _loop_macros(data: bytes) -> dict[bytes, bytes]:
+    """Function-like macros whose body ends with a `for (...)` header (an unrolled-for helper)."""
+    return {m.group(1): m.group(3) for m in _DEFINE.finditer(data)
+            if _ENDS_IN_FOR.search(m.group(3).replace(b"\\\n", b" ").rstrip())}
+
+
+def _rewrite_loop_macros(data: bytes) -> bytes:
+    """`LOOP_MACRO(i, n) { body }` reads as a call followed by a block: give tree-sitter a `for(;;)` of
+    the same length instead, so the block is the loop's body (the node's text is still the macro's)."""
+    names = _loop_macros(data)
+    if not names:
+        return data
+    call = re.compile(rb"\b(?:" + b"|".join(re.escape(n) for n in sorted(names)) + rb")\s*" + _PARENS)
+    out = []
+    for line in data.split(b"\n"):
+        if line.lstrip().startswith(b"#"):
+            out.append(line)
+            continue
+        out.append(call.sub(lambda m: (b"for(;;)" + b" " * (len(m.group(0)) - 7)) if len(m.group(0)) >= 7
+                            else m.group(0), line))
+    return b"\n".join(out)
+
+
 def _normalise(data: bytes) -> bytes:
+    data = _blank_attribute_macros(data)
+    data = _rewrite_loop_macros(data)
     data = _BLANKED.sub(lambda m: _blank(m.group(0)), data)
     return _LAUNCH_BOUNDS_3.sub(lambda m: m.group(0)[:m.start(1) - m.start()] + _blank(m.group(1))
                                 + m.group(0)[m.end(1) - m.start():], data)

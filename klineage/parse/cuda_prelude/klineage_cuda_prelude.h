@@ -169,6 +169,9 @@ __host__ __device__ double sqrt(double); __host__ __device__ double fabs(double)
 __device__ float __expf(float); __device__ float __exp10f(float); __device__ float __logf(float);
 __device__ float __log2f(float); __device__ float __sinf(float); __device__ float __cosf(float);
 __device__ float __tanf(float); __device__ float __powf(float, float);
+__device__ void __sincosf(float, float*, float*); __host__ __device__ void sincosf(float, float*, float*);
+__device__ int __dp4a(int, int, int); __device__ unsigned int __dp4a(unsigned int, unsigned int, unsigned int);
+__device__ int __dp2a_lo(int, int, int); __device__ int __dp2a_hi(int, int, int);
 __device__ float __fdividef(float, float); __device__ float __frcp_rn(float);
 __device__ float __fsqrt_rn(float); __device__ float __frsqrt_rn(float);
 __device__ float __fmaf_rn(float, float, float); __device__ float __fadd_rn(float, float);
@@ -198,6 +201,9 @@ __host__ __device__ __half2 __float22half2_rn(float2); __host__ __device__ __hal
 __host__ __device__ __half2 __halves2half2(__half, __half); __host__ __device__ __half2 __hmul2(__half2, __half2);
 __host__ __device__ __half2 __hadd2(__half2, __half2); __host__ __device__ __half2 __hfma2(__half2, __half2, __half2);
 __host__ __device__ __half __low2half(__half2); __host__ __device__ __half __high2half(__half2);
+__host__ __device__ __half2 __float2half2_rn(float); __host__ __device__ __half2 __hmax2(__half2, __half2);
+__host__ __device__ __half2 __hmin2(__half2, __half2); __host__ __device__ __half __hmax(__half, __half);
+__host__ __device__ __half __hmin(__half, __half);
 __host__ __device__ float __low2float(__half2); __host__ __device__ float __high2float(__half2);
 __host__ __device__ float __bfloat162float(__nv_bfloat16); __host__ __device__ __nv_bfloat16 __float2bfloat16(float);
 __host__ __device__ __nv_bfloat16 __float2bfloat16_rn(float);

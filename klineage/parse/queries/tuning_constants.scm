@@ -11,3 +11,12 @@
 (optional_parameter_declaration
   declarator: (identifier) @name
   default_value: (number_literal) @value) @default
+(declaration
+  (type_qualifier "const")
+  declarator: (init_declarator
+    declarator: (identifier) @name
+    value: (number_literal) @value)) @const
+(field_declaration
+  (type_qualifier "constexpr")
+  declarator: (field_identifier) @name
+  default_value: (number_literal) @value) @member
