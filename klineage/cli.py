@@ -126,6 +126,21 @@ def toolchain(as_json):
     click.echo(json.dumps(toolchain_facts(), indent=1) if as_json else _version_text())
 
 
+@main.command("features")
+@click.argument("kernel", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--arch", default="sm_90a", show_default=True, help="Target the PTX is compiled for.")
+@click.option("--source-only", is_flag=True, help="Source detectors only: do not compile to PTX.")
+@json_option
+@library_errors
+def features_cmd(kernel, arch, source_only, as_json):
+    """List every mechanism in KERNEL with its locus and which evidence found it: the source
+    detectors, the compiler (PTX with line info, compiled here on the CPU), or both."""
+    from klineage.mechanisms.evidence import features_report
+    from klineage.report.text import format_features
+    rep = features_report(read_source(kernel), arch, compiler=not source_only)
+    click.echo(json.dumps({"kernel": str(kernel), **rep}, indent=1) if as_json else format_features(str(kernel), rep))
+
+
 @main.command("gate")
 @click.argument("kernels", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--workload", "workload_dir", type=click.Path(exists=True, path_type=Path), default=None,

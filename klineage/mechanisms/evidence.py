@@ -92,10 +92,16 @@ def _trees(k: Kernel) -> dict[str, set[str]]:
     """Each source function with the in-file functions it calls, transitively (what one compiled
     kernel holds once its helpers are inlined)."""
     from klineage.mechanisms.codescan import scan
+    import re
     s = scan(k)
+    names = re.compile(r"\b(" + "|".join(map(re.escape, sorted(s.by_name, key=len, reverse=True))) + r")\s*\(") \
+        if s.by_name else None
     calls = {}
     for f in s.fns:
         calls.setdefault(f.name, set()).update(f.calls)
+        if names is not None:  # calls made through macros (`#define LOAD4(p) load4(p)`)
+            text = " ".join(s.expanded(i) for i in s.lines(f))
+            calls[f.name].update(m.group(1) for m in names.finditer(text) if m.group(1) != f.name)
     out = {}
     for name in calls:
         seen, frontier = {name}, [name]
@@ -205,3 +211,22 @@ def _tag(what: str) -> str:
 
 def found_in(source: str | Kernel, arch: str = DEFAULT_ARCH) -> list[Found]:
     return evidence(source, arch).found
+
+
+def features_report(source: str, arch: str = DEFAULT_ARCH, compiler: bool = True) -> dict:
+    """Everything `klineage features` shows: every feature with its locus and which evidence found it,
+    and per compiled function the evidence table (instruction classes with source lines, directives,
+    registers, shared bytes, spills)."""
+    ev = evidence(source, arch, compiler)
+    ck = ev.compiled
+    if not compiler:
+        status = {"ok": False, "error": "not asked (--source-only)"}
+    elif ck is None or not ck.ok:
+        status = {"ok": False, "error": ev.compiler_error or "the source does not compile to PTX"}
+    else:
+        status = {"ok": True, "error": ev.compiler_error, "arch": arch, "nvcc": ck.result.nvcc_version,
+                  "cached": ck.result.cached}
+    counts = {by: sum(f.by == by for f in ev.found) for by in (SOURCE, COMPILER, BOTH)}
+    return {"compiler": status, "counts": counts, "features": [f.to_dict() for f in ev.found],
+            "functions": ck.table() if ck is not None and ck.ok else []}
+

@@ -183,13 +183,24 @@ def _stages(k: Kernel) -> list[tuple[str, _Stage]]:
                 sync = sib
                 break
             sib = sib.next_named_sibling
-        if sync is None:
+        if sync is None or _rewritten(fn, s, assign):
             continue
         out.append((f"{syntax.function_name(fn)}:stage:{s}",
                     _Stage(fn, syntax.function_name(fn), s, d.node, copy_stmt, assign, var, caps["src"][0], e,
                            base, base_first, g, sync, form,
                            k.tree.text_of(arrays[0].child_by_field_name("size")))))
     return out
+
+
+def _rewritten(fn: ts.Node, array: str, copy: ts.Node) -> bool:
+    """The shared array is written again after the copy (`s[t] += s[t + h]`: a tree reduction folding
+    it in place, not a staged operand)."""
+    for n in walk(fn):
+        if n.type in ("assignment_expression", "update_expression") and n.start_byte > copy.end_byte:
+            target = n.child_by_field_name("left") or n.child_by_field_name("argument")
+            if _root(target) == array:
+                return True
+    return False
 
 
 def _root(n: ts.Node | None) -> str | None:

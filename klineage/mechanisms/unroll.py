@@ -57,7 +57,7 @@ class Unroll(Mechanism):
         """Loops unrolled through a macro that carries `_Pragma("unroll")` (a library's unrolled-for):
         seen, not rewritten (the pragma is in the macro, shared by every loop that uses it)."""
         from klineage.mechanisms.codescan import macro_calls
-        items = [(f"{fn}:loop:{squash(k.tree.text_of(call))}", (call, macro, m.group(1) or "full"))
+        items = [(f"{fn}:loop:{squash(_invocation(k.tree.text_of(call)))}", (call, macro, m.group(1) or "full"))
                  for fn, call, macro, m in macro_calls(k, r'_Pragma\s*\(\s*"\s*unroll\s*(\d*)\s*"\s*\)')
                  if (m.group(1) or "") != "1"]
         return [Feature(self.NAME, locus, k.lines(call), anchor="loop", detail=detail(count=count, macro=macro),
@@ -103,3 +103,10 @@ class Unroll(Mechanism):
             return Applied(new, self.NAME, f"{k.function_of(loop)}:loop:{header}", before=header,
                            after="#pragma unroll\n" + header, config={"pragma": "#pragma unroll"})
         return NotApplicable("no loop with a compile-time trip count bound and without an unroll pragma")
+
+
+def _invocation(text: str) -> str:
+    """`NAME(args)` at the start of a macro loop's text (its body left out)."""
+    m = re.match(r"\w+\s*\((?:[^()]|\([^()]*\))*\)", text)
+    return m.group(0) if m else text
+

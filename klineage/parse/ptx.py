@@ -279,14 +279,16 @@ def read_ptx(text: str) -> Module:
             if d:
                 fn.directives[d.group(1)] = d.group(2).strip().rstrip(";").strip()
                 continue
-            pending_header += code
-            if pending_header.rstrip().endswith(";") and "{" not in pending_header:
-                # `.func (...) name (...) ;` prototype spread over lines
-                if fn.instrs == [] and not fn.directives:
-                    mod.functions.remove(fn)
-                    fn = None
-                pending_header = ""
-                continue
+            if "{" not in code:
+                pending_header += code
+                if pending_header.rstrip().endswith(";"):
+                    # `.func (...) name (...) ;` a prototype spread over lines, not a definition
+                    if fn.instrs == [] and not fn.directives:
+                        mod.functions.remove(fn)
+                        fn = None
+                    pending_header = ""
+                continue  # the parameter list
+            pending_header = ""
         if depth == 0 and fn is None:
             a = _ARRAY.search(code)
             if a and a.group(1) == "shared":
