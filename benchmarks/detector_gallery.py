@@ -5,6 +5,8 @@ here with nvcc.
     python benchmarks/detector_gallery.py [--out benchmarks/results/detector_gallery.json] [--check]
                                           [--jobs N]
 
+(--out also writes the printed table beside the record, as .txt.)
+
 A family counts once per kernel (present or not, against labels.toml). "source" is the source
 detectors (klineage.mechanisms.detect_all), "compiler" the families' compiler-evidence signatures
 (a family without one has no compiler figures), "both" the union the audit uses
@@ -135,6 +137,7 @@ def main(argv=None) -> int:
     print(table(rec))
     if args.out:
         args.out.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+        args.out.with_suffix(".txt").write_text(table(rec) + "\n")
     bad = failures(rec)
     for b in bad:
         print("BELOW THRESHOLD:", b)

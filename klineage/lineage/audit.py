@@ -99,60 +99,52 @@ def audit_rules(before: list[Feature], after: list[Feature], mechanism: str, loc
 
 def _at_change(eb, ea, span: tuple[int, int]):
     """A test of whether a family's compiler sites in one kernel all sit where the rewrite acted: within
-    the removed feature's lines, or on lines the rewrite inserted or changed (the simpler kernel's lines
-    are mapped back to the richer one's by a line diff). Unrolling a loop changes the code of its body;
-    that is the step, not a change elsewhere."""
+    the removed feature's lines (the simpler kernel's lines are mapped back to the richer one's by a
+    line diff; a line the rewrite put in counts at the place it was put). Unrolling a loop changes the
+    code of its body; that is the step, not a change elsewhere."""
     import difflib
     rich = eb.compiled.k.source.splitlines()
     simple = ea.compiled.k.source.splitlines()
-    back: dict[int, int | None] = {}
+    back: dict[int, int] = {}
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, rich, simple, autojunk=False).get_opcodes():
         for j in range(j1, j2):
-            back[j + 1] = i1 + (j - j1) + 1 if tag == "equal" else None
-    changed = {i + 1 for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, rich, simple, autojunk=False).get_opcodes()
-               if tag != "equal" for i in range(i1, i2)}
+            back[j + 1] = i1 + (j - j1) + 1 if tag == "equal" else min(i1 + 1 + (j - j1), max(i2, i1 + 1))
 
-    def near(line: int, simpler: bool) -> bool:
-        if simpler:
-            mapped = back.get(line)
-            if mapped is None:
-                return True
-            line = mapped
-        return span[0] <= line <= span[1] or line in changed
+    def inside(line: int, simpler: bool) -> bool:
+        line = back.get(line, line) if simpler else line
+        return span[0] <= line <= span[1]
 
     def test(ev, family: str, kernel: str, simpler: bool) -> bool:
         sites = [s for f in ev.found if f.feature.mechanism == family for s in f.sites if s.kernel == kernel]
-        return bool(sites) and all(any(near(ln, simpler) for ln in s.lines) for s in sites)
+        return bool(sites) and all(any(inside(ln, simpler) for ln in s.lines) for s in sites)
     return lambda key, side: test(eb if side == "before" else ea, key[0], key[1], side == "after")
 
 
 def _compiled_changes(pb: dict, pa: dict, mechanism: str, at_change=None) -> dict:
-    """What the compiler saw change across a rules step, by (family, compiled kernel): a family the
-    compiler alone sees appears or goes (`added`, `removed`); a family the source still has in a kernel
-    is compiled there no longer, or only now (`no_longer_compiled`, `newly_compiled`); the removed
-    mechanism is gone from a kernel's source but not from its code (`still_compiled`). A change whose
-    every site sits where the rewrite acted (`at_change`) is the step itself, not counted."""
-    keys = pb.keys() | pa.keys()
+    """What the united evidence saw change across a rules step, by (family, compiled kernel): a family
+    other than the removed one leaves a kernel or enters one (`removed`, `added`: the compiler's
+    evidence, or the source detectors' through the kernel's calls); a family the source keeps in a
+    kernel is compiled there no longer, or only now (`no_longer_compiled`, `newly_compiled`); the
+    removed mechanism is gone from a kernel's source but not from its code (`still_compiled`). A change
+    whose every site sits where the rewrite acted (`at_change`) is the step itself, not counted."""
     get = lambda p, key: p.get(key, (False, False))  # noqa: E731
     here = at_change or (lambda key, side: False)
-    added, removed, lost, gained, still = [], [], [], [], []
-    for key in sorted(keys):
+    out: dict[str, list] = {"removed": [], "added": [], "no_longer_compiled": [], "newly_compiled": [],
+                            "still_compiled": []}
+    for key in sorted(pb.keys() | pa.keys()):
         (sb, cb), (sa, ca) = get(pb, key), get(pa, key)
-        if not sb and not sa:
-            if ca and not cb and not here(key, "after"):
-                added.append(key)
-            elif cb and not ca and not here(key, "before"):
-                removed.append(key)
-        elif sb and sa:
-            if cb and not ca and not here(key, "before"):
-                lost.append(key)
-            elif ca and not cb and not here(key, "after"):
-                gained.append(key)
-        elif sb and not sa and key[0] == mechanism and ca:
-            still.append(key)
-    out = {"added": _pairs(added), "removed": _pairs(removed), "no_longer_compiled": _pairs(lost),
-           "newly_compiled": _pairs(gained), "still_compiled": _pairs(still)}
-    return {k: v for k, v in out.items() if v}
+        own = key[0] == mechanism
+        if (sb or cb) and not (sa or ca) and not own and not here(key, "before"):
+            out["removed"].append(key)
+        elif (sa or ca) and not (sb or cb) and not here(key, "after"):
+            out["added"].append(key)
+        elif sb and sa and cb != ca and not here(key, "before" if cb else "after"):
+            out["no_longer_compiled" if cb else "newly_compiled"].append(key)
+        elif own and sb and not sa and ca:
+            out["still_compiled"].append(key)
+        elif not sb and not sa and cb != ca and not (own and cb) and not here(key, "before" if cb else "after"):
+            out["removed" if cb else "added"].append(key)
+    return {k: _pairs(v) for k, v in out.items() if v}
 
 
 def covered_by(mechanism: str) -> set[str]:
