@@ -193,12 +193,17 @@ def _stages(k: Kernel) -> list[tuple[str, _Stage]]:
 
 
 def _rewritten(fn: ts.Node, array: str, copy: ts.Node) -> bool:
-    """The shared array is written again after the copy (`s[t] += s[t + h]`: a tree reduction folding
-    it in place, not a staged operand)."""
+    """The shared array is folded onto itself after the copy (`s[t] += s[t + h]`, `s[i] = f(s[j])`: a
+    tree reduction or a scan working in place, not a staged operand)."""
+    reads = re.compile(rf"\b{re.escape(array)}\s*\[")
     for n in walk(fn):
-        if n.type in ("assignment_expression", "update_expression") and n.start_byte > copy.end_byte:
-            target = n.child_by_field_name("left") or n.child_by_field_name("argument")
-            if _root(target) == array:
+        if n.start_byte <= copy.end_byte:
+            continue
+        if n.type == "update_expression" and _root(n.child_by_field_name("argument")) == array:
+            return True
+        if n.type == "assignment_expression" and _root(n.child_by_field_name("left")) == array:
+            op = n.child_by_field_name("operator")
+            if (op is not None and op.type != "=") or reads.search(n.child_by_field_name("right").text.decode()):
                 return True
     return False
 

@@ -25,7 +25,7 @@ RS = ROOT / "expert_kernels" / "row_sum"
 V = RS / "versions"
 RICH = (V / "08_unroll.cu").read_text()
 ONE_LESS = (V / "07_ilp.cu").read_text()       # 08 without #pragma unroll
-TWO_LESS = (V / "06_float4.cu").read_text()    # also without the coarsening
+TWO_LESS = (V / "05_warp_shuffle.cu").read_text()  # also without the coarsening count and the float4 loads
 
 
 def _pragma_lines(src: str) -> list[list[int]]:

@@ -71,7 +71,8 @@ def _walk(wl, gate, proposers=None, limits=Limits(), start=None):
 def test_rules_walk_removes_one_feature_per_step_and_names_what_is_left(wl):
     _, lin = _walk(wl, ScriptedGate())
     assert lin["termination"] == "no_proposal"
-    assert lin["remaining"] == ["thread_block_cluster"]  # structural: no rule removes it
+    # structural, and the grid-stride loops (coarsening chosen at launch): no rule removes them
+    assert lin["remaining"] == ["coarsening", "thread_block_cluster"]
     for t in lin["transitions"]:
         rich = {(f["mechanism"], f["locus"]) for f in t["features_richer"]}
         simple = {(f["mechanism"], f["locus"]) for f in t["features_simpler"]}
@@ -135,13 +136,17 @@ def test_replay_gaps_are_listed_not_invented(wl):
     assert len(w.missing) == 5 and all(m["workload"] == "row_sum" for m in w.missing)
 
 
-def test_versions_ladder_walks_to_the_naive_kernel(wl):
+def test_versions_ladder_walks_down_to_a_bundled_rung(wl):
     _, lin = _walk(wl, ScriptedGate(), proposers=[make_proposer("versions", ROW_SUM)])
-    assert lin["termination"] == "complete", lin["rejections"]
     steps = [t["mechanism"] for t in lin["transitions"]]
-    assert steps[0] == "thread_block_cluster" and steps[-1] == "restrict" and len(steps) >= 4
-    assert "warp_per_row" in steps and "block_per_row" in steps
-    assert lin["states"][-1]["kernel_hash"] == kernel_hash((ROW_SUM / "naive.cu").read_text())
+    assert steps == ["thread_block_cluster", "block_per_row", "unroll", "coarsening", "vector_access",
+                     "warp_reduction"]
+    # 04_warp_per_row also makes the warps stride over the rows (a grid-stride loop, coarsening): the
+    # rung adds two mechanisms where it declares one, and the audit refuses it
+    (rej,) = lin["rejections"]
+    assert rej["kind"] == "audit" and rej["locus"] == "version:04_warp_per_row"
+    assert rej["audit"]["added_forward"] == ["coarsening"] and lin["termination"] == "no_proposal"
+    assert lin["states"][-1]["origin"].endswith("04_warp_per_row.cu")
 
 
 def test_versions_proposer_needs_a_ladder(tmp_path):
@@ -161,7 +166,7 @@ def test_lift_gives_full_cards_and_checks_the_contract(wl):
         transitions = st.transitions()
         skills = lift_mod.lift(transitions, st.rejections(), lambda h: (st.get_kernel(h) or {}).get("source"))
     names = {s["name"] for s in skills}
-    assert {"restrict/pointer-parameters", "cache_hint/global-load", "warp_per_row/kernel-structure",
+    assert {"restrict/pointer-parameters", "cache_hint/global-load", "block_per_row/kernel-structure",
             "thread_block_cluster/cluster-launch-dsmem"} <= names
     for s in skills:
         c = s["card"]
@@ -172,9 +177,9 @@ def test_lift_gives_full_cards_and_checks_the_contract(wl):
         assert c["verification"] and all(v["ok"] for v in c["verification"])
         assert f"# {s['name']}" in s["card_md"]
     restrict = next(s for s in skills if s["name"] == "restrict/pointer-parameters")
-    assert len(restrict["card"]["evidence"]) == 4  # three rules steps and one ladder step
+    assert len(restrict["card"]["evidence"]) == 3  # three rules steps (the ladder stops above its restrict rung)
     bad = copy.deepcopy(restrict["card"])
-    bad["requires"] = [["global load", "vector_access"]]
+    bad["requires"] = [["warpgroup MMA", "wgmma"]]
     evidence = [t for t in transitions if t["transition_id"] in restrict["card"]["evidence"]]
     lift_mod.check_contract(restrict["card"], evidence)
     with pytest.raises(ValueError, match="requires"):
