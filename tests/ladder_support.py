@@ -9,17 +9,15 @@ from klineage.lineage.proposers import make_proposer
 from klineage.lineage.walk import Limits, Walker
 
 
-def assert_versions_walk(workload, workload_dir: Path, ladder: list[tuple[str, str]], expert_adds: str,
-                         naive_keeps: tuple[str, ...] = ()) -> dict:
+def assert_versions_walk(workload, workload_dir: Path, ladder: list[tuple[str, str]], expert_adds: str) -> dict:
     """The versions proposer walks expert.cu to naive.cu, one declared mechanism per step, in the
-    ladder's order reversed, with no rejection, under a scripted gate that passes everything.
-    `naive_keeps`: mechanisms the naive kernel itself has (seen, no rung removes them)."""
+    ladder's order reversed, with no rejection, under a scripted gate that passes everything."""
     from tests.lineage.test_walk import ScriptedGate
 
     w = Walker(ScriptedGate(), workload, [make_proposer("versions", workload_dir)], Limits())
     lin = w.run((workload_dir / "expert.cu").read_text(), origin=f"expert_kernels/{workload_dir.name}/expert.cu")
-    assert lin["termination"] == ("no_proposal" if naive_keeps else "complete"), lin["rejections"]
+    assert lin["termination"] == "complete", lin["rejections"]
     assert [t["mechanism"] for t in lin["transitions"]] == [expert_adds] + [mech for _, mech in reversed(ladder)]
     assert lin["states"][-1]["kernel_hash"] == kernel_hash((workload_dir / "naive.cu").read_text())
-    assert not lin["rejections"] and lin["remaining"] == sorted(naive_keeps)
+    assert not lin["rejections"] and lin["remaining"] == []
     return lin

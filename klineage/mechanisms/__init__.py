@@ -79,4 +79,28 @@ def detect_all(source: str | Kernel) -> Features:
     return Features(feats, k.source)
 
 
-__all__ = ["Applied", "Feature", "Features", "Kernel", "Mechanism", "NotApplicable", "ORDER", "registry", "detect_all"]
+_SEEN: OrderedDict[str, tuple[Feature, ...]] = OrderedDict()
+
+
+def detect_seen(source: str | Kernel) -> Features:
+    """Every feature the source detectors see: detect_all's (the forms the rewrites work on, what a
+    walk stores and proposes from) and, after them, each family's other idiom forms
+    (Mechanism.detect_more: seen, not removable). The united evidence and `klineage features` read
+    this; cached like detect_all."""
+    k = source if isinstance(source, Kernel) else Kernel(source)
+    key = hashlib.sha256(k.source.encode()).hexdigest()
+    hit = _SEEN.get(key)
+    if hit is None:
+        more: list[Feature] = []
+        for m in registry().values():
+            more.extend(m.detect_more(k))
+        hit = tuple(detect_all(k)) + tuple(more)
+        _SEEN[key] = hit
+        while len(_SEEN) > _DETECTED_MAX:
+            _SEEN.popitem(last=False)
+    else:
+        _SEEN.move_to_end(key)
+    return Features(hit, k.source)
+
+
+__all__ = ["Applied", "Feature", "Features", "Kernel", "Mechanism", "NotApplicable", "ORDER", "registry", "detect_all", "detect_seen"]

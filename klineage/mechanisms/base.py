@@ -142,6 +142,12 @@ class Mechanism:
     def detect(self, k: Kernel) -> list[Feature]:
         raise NotImplementedError
 
+    def detect_more(self, k: Kernel) -> list[Feature]:
+        """The idiom forms the family sees but its rewrites do not take (a cooperative-groups reduce, a
+        grid-stride loop, a hint in hand-written PTX, ...): seen by the audit and `klineage features`,
+        never proposed for removal (every one is removable=False)."""
+        return []
+
     def compiled(self, ck) -> list:
         """The family's compiler-evidence signature: klineage.mechanisms.compiled.Site list for a
         CompiledKernel. Families the compiler cannot see (a padding, a count, a pragma) have none."""

@@ -97,7 +97,10 @@ class CacheHint(Mechanism):
             kind = "load" if name in LOADS else "store"
             out.append(Feature(self.NAME, locus, k.lines(call), anchor=f"global {kind}",
                                detail=detail(intrinsic=name, hint=HINT_OF[name]), path=node_path(k.tree, call)))
-        return out + _other_forms(k)
+        return out
+
+    def detect_more(self, k: Kernel) -> list[Feature]:
+        return _other_forms(k)
 
     def compiled(self, ck) -> list:
         """Global accesses carrying a cache operator the source asked for (see _asked_hints)."""

@@ -338,7 +338,10 @@ class Coarsening(Mechanism):
                                detail=detail(value=value, form=form, uses=",".join(kinds), functions=",".join(fns)),
                                path=(f"{k.function_of(node)} > " if scope is not None else "file > ")
                                + f"{form} {name}"))
-        return out + _template_counts(k, {f.locus for f in out}) + _grid_stride_loops(k)
+        return out
+
+    def detect_more(self, k: Kernel) -> list[Feature]:
+        return _template_counts(k, {f.locus for f in self.detect(k)}) + _grid_stride_loops(k)
 
     def deoptimize(self, k: Kernel, feature: Feature):
         hit = dict(_constants(k)).get(feature.locus)

@@ -157,48 +157,29 @@ class CompiledKernel:
     # ---- data flow ---------------------------------------------------------------------------
     def values_from(self, fn: ptx.Function, reg: str, through=MOVES, depth: int = 6) -> list[Instr]:
         """The instructions that produced `reg`, looking back through value moves (`through`)."""
-        out, seen, frontier = [], set(), [reg]
-        for _ in range(depth):
-            nxt = []
-            for r in frontier:
-                for d in fn.defs.get(r, []):
-                    if d.index in seen:
-                        continue
-                    seen.add(d.index)
-                    if d.op in through and not d.has("to", "shared"):
-                        nxt += list(d.srcs)
-                    else:
-                        out.append(d)
-            frontier = nxt
-            if not frontier:
-                break
-        return out
+        def step(r):
+            for d in fn.defs.get(r, []):
+                yield d, (list(d.srcs) if d.op in through else None)
+        return _follow(reg, step, depth)
 
     def values_to(self, fn: ptx.Function, reg: str, through=MOVES, depth: int = 6) -> list[Instr]:
         """The instructions that consume `reg`, looking forward through value moves (`through`) and
         through local memory (a register array indexed at run time lives there: a value stored to it is
         taken to reach every local load of the function)."""
-        out, seen, frontier = [], set(), [reg]
-        local_loads = None
-        for _ in range(depth):
-            nxt = []
-            for r in frontier:
-                for u in fn.uses.get(r, []):
-                    if u.index in seen:
-                        continue
-                    seen.add(u.index)
-                    if u.op in through:
-                        nxt += list(u.dests)
-                    elif u.op == "st" and u.space == "local" and r not in ptx._regs(u.operands[0]):
-                        if local_loads is None:
-                            local_loads = [i for i in fn.instrs if i.op == "ld" and i.space == "local"]
-                        nxt += [d for i in local_loads for d in i.dests]
-                    else:
-                        out.append(u)
-            frontier = nxt
-            if not frontier:
-                break
-        return out
+        local_dests = []
+
+        def step(r):
+            for u in fn.uses.get(r, []):
+                if u.op in through:
+                    yield u, list(u.dests)
+                elif u.op == "st" and u.space == "local" and r not in ptx._regs(u.operands[0]):
+                    if not local_dests:
+                        local_dests.extend(d for i in fn.instrs if i.op == "ld" and i.space == "local"
+                                           for d in i.dests)
+                    yield u, list(local_dests)
+                else:
+                    yield u, None
+        return _follow(reg, step, depth)
 
     def shared_symbols(self, fn: ptx.Function, address: str) -> set[str]:
         """Shared arrays an address operand (`[%r12]`, `[%r13+16]`, `[smem+8]`) points into, by following
@@ -253,6 +234,27 @@ class CompiledKernel:
                                "barriers": r.barriers} if r else {}),
             })
         return out
+
+
+def _follow(reg: str, step, depth: int) -> list[Instr]:
+    """The instructions a breadth-first walk from `reg` stops at: `step(r)` yields (instruction, the
+    registers to go on with, or None to stop there), `depth` levels at most, each instruction once."""
+    out, seen, frontier = [], set(), [reg]
+    for _ in range(depth):
+        nxt = []
+        for r in frontier:
+            for i, more in step(r):
+                if i.index in seen:
+                    continue
+                seen.add(i.index)
+                if more is None:
+                    out.append(i)
+                else:
+                    nxt += more
+        frontier = nxt
+        if not frontier:
+            break
+    return out
 
 
 def compile_kernel(k: Kernel, arch: str = DEFAULT_ARCH) -> CompiledKernel:

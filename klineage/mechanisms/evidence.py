@@ -1,7 +1,8 @@
 """Both kinds of evidence for every family, united: a feature is present when its source detector or
 its compiler-evidence signature says so, and records which found it.
 
-`evidence(source)` gives `Found` records: each source feature (klineage.mechanisms.detect_all) with
+`evidence(source)` gives `Found` records: each source feature (klineage.mechanisms.detect_seen: the
+forms the rewrites take and the other idiom forms each family sees) with
 the compiler sites that confirm it ("both") or none ("source"), and one compiler-only feature
 ("compiler") per family and compiled kernel the source detectors did not see
 (locus `KERNEL:ptx:FAMILY`, e.g. `row_sum:ptx:warp_reduction`, per compiled kernel where the source
@@ -17,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from klineage.gate.compile import DEFAULT_ARCH
-from klineage.mechanisms import detect_all, registry
+from klineage.mechanisms import detect_seen, registry
 from klineage.mechanisms.base import Feature, Kernel, detail, squash
 from klineage.mechanisms.compiled import CompiledKernel, Site, compile_kernel
 
@@ -132,7 +133,7 @@ def _unite(k: Kernel, ck: CompiledKernel | None) -> Evidence:
     feature: line attribution moves with unrolling and inlining, presence in a kernel does not); a
     family they do not see there becomes one compiler-only feature for that kernel."""
     mechs = registry()
-    src = detect_all(k)
+    src = detect_seen(k)
     helpers = {fn.name for fn in k.sem.functions if fn.space == "device"}
     if ck is None or not ck.ok:
         found = [Found(f, SOURCE, helper=_function_of(f) if _function_of(f) in helpers else "") for f in src]

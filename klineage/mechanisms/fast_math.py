@@ -71,7 +71,10 @@ class FastMath(Mechanism):
         return [Feature(self.NAME, f"{fn}:{name}", (k.lines(calls[0])[0], k.lines(calls[-1])[1]),
                         anchor=f"math call {name}", detail=detail(intrinsic=name, calls=len(calls)),
                         path=f"{fn} > call {name}")
-                for (fn, name), calls in groups.items()] + _other_forms(k)
+                for (fn, name), calls in groups.items()]
+
+    def detect_more(self, k: Kernel) -> list[Feature]:
+        return _other_forms(k)
 
     def compiled(self, ck) -> list:
         """Approximate math (.approx) the source asked for, compared with what it calls at that line:

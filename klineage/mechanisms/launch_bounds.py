@@ -36,7 +36,10 @@ class LaunchBounds(Mechanism):
                        detail=detail(args=re.sub(r"\s+", " ", k.tree.text_of(lb)[len("__launch_bounds__"):]).strip()),
                        path=f"{name} > __launch_bounds__")
                for name, fn, lb in _bounds(k)]
-        return out + _through_macros(k, {f.locus for f in out})
+        return out
+
+    def detect_more(self, k: Kernel) -> list[Feature]:
+        return _through_macros(k, {f.locus for f in self.detect(k)})
 
     COMPILED_MATCH = "function"
 

@@ -123,11 +123,13 @@ class SmemPadding(Mechanism):
         return [Feature(self.NAME, locus, k.lines(decl), anchor="shared tile",
                         detail=detail(pad=k.tree.text_of(c), extent=k.tree.text_of(extents[-1]), rank=len(extents)),
                         path=node_path(k.tree, decl))
-                for locus, (fn, name, decl, extents, bin_, c) in _padded(k)] + \
-            [Feature(self.NAME, locus, k.lines(decl), anchor="shared tile",
-                     detail=detail(pad=k.tree.text_of(c), extent=k.tree.text_of(extents[0]), rank=1),
-                     removable=False, path=node_path(k.tree, decl))
-             for locus, (fn, name, decl, extents, bin_, c) in _flat_padded(k)]
+                for locus, (fn, name, decl, extents, bin_, c) in _padded(k)]
+
+    def detect_more(self, k: Kernel) -> list[Feature]:
+        return [Feature(self.NAME, locus, k.lines(decl), anchor="shared tile",
+                        detail=detail(pad=k.tree.text_of(c), extent=k.tree.text_of(extents[0]), rank=1),
+                        removable=False, path=node_path(k.tree, decl))
+                for locus, (fn, name, decl, extents, bin_, c) in _flat_padded(k)]
 
     def deoptimize(self, k: Kernel, feature: Feature):
         hit = dict(_padded(k)).get(feature.locus)

@@ -331,7 +331,10 @@ class SmemStaging(Mechanism):
                        detail=detail(array=st.array, source=st.glob, form=st.form, extent=st.extent),
                        path=node_path(k.tree, st.copy))
                for locus, st in _stages(k)]
-        return out + _other_stagings(k, {f.locus for f in out})
+        return out
+
+    def detect_more(self, k: Kernel) -> list[Feature]:
+        return _other_stagings(k, {f.locus for f in self.detect(k)})
 
     def compiled(self, ck) -> list:
         """Shared arrays staging a global operand, from data flow (see _staged_buffers): one site per

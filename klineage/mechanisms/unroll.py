@@ -44,8 +44,11 @@ class Unroll(Mechanism):
                      "fails_without": "register spills to local memory; the step gets slower, not wrong"}],
     }
 
+    def detect_more(self, k: Kernel) -> list[Feature]:
+        return self._macros(k)
+
     def detect(self, k: Kernel) -> list[Feature]:
-        out = self._macros(k)
+        out = []
         for locus, (n, loop, count) in _pragmas(k):
             if count == "1" or not k.live(loop):
                 continue  # `#pragma unroll 1` is the mechanism switched off

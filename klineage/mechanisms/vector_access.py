@@ -441,7 +441,10 @@ class VectorAccess(Mechanism):
             out.append(Feature(self.NAME, locus, k.lines(a.target), anchor=f"global {a.kind}",
                                detail=detail(vector=a.vector, lanes=lanes, bytes=nbytes, form=a.form),
                                path=node_path(k.tree, a.node)))
-        return out + _other_forms(k, {f.locus.split("#")[0] for f in out})
+        return out
+
+    def detect_more(self, k: Kernel) -> list[Feature]:
+        return _other_forms(k, {f.locus.split("#")[0] for f in self.detect(k)})
 
     def compiled(self, ck) -> list:
         """Global (or generic) loads and stores of two or more lanes (.v2 / .v4) or 16 bytes (.b128).

@@ -503,7 +503,10 @@ class WarpReduction(Mechanism):
                                detail=detail(shuffle=f"__{r.kind}_sync", form=r.form, steps=len(r.stmts)
                                              if r.form == "unrolled" else "loop", mask=r.mask),
                                path=node_path(k.tree, r.loop or r.stmts[0])))
-        return out + _other_forms(k, [f.lines for f in out])
+        return out
+
+    def detect_more(self, k: Kernel) -> list[Feature]:
+        return _other_forms(k, [f.lines for f in self.detect(k)])
 
     def compiled(self, ck) -> list:
         """Reduction steps over shuffles (see _reduction_shuffles) and hardware warp reductions (redux.sync)."""

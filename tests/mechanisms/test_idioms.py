@@ -2,16 +2,17 @@
 groups and hardware warp reductions, shuffle loops with several statements, online softmax as if/else or
 a ternary, coarsening as const int / template argument / grid-stride loop, flat padding, a double buffer
 as one [2*N] array, shared staging with 2-D tiles and carved dynamic buffers, hand-written PTX and
-macros. The forms no rewrite takes are seen but not removable; lookalikes are not seen."""
+macros. The forms no rewrite takes are seen (detect_seen) but not removable, and stay out of what a walk
+proposes from (detect_all); lookalikes are not seen."""
 import pytest
 
 from mechtest import dedent
-from klineage.mechanisms import detect_all
+from klineage.mechanisms import detect_all, detect_seen
 from klineage.mechanisms.evidence import evidence
 
 
 def found(src: str, family: str) -> list:
-    return [f for f in detect_all(src) if f.mechanism == family]
+    return [f for f in detect_seen(src) if f.mechanism == family]
 
 
 CG_REDUCE = dedent('''
@@ -63,6 +64,7 @@ def test_warp_reductions_in_other_forms(compiles):
     assert forms and all(not f.removable for f in found(CG_REDUCE, "warp_reduction"))
     (pair,) = found(PAIRS, "warp_reduction")
     assert pair.locus.startswith("k:shfl_xor:") and not pair.removable
+    assert [f for f in detect_all(PAIRS) if f.mechanism == "warp_reduction"] == []
     assert found(BITONIC, "warp_reduction") == []  # a compare-exchange, not a reduction
 
 
@@ -239,7 +241,8 @@ ASM_MACROS = dedent('''
 def test_hand_written_ptx_and_macros(compiles):
     compiles(ASM_MACROS)
     fams = {}
-    for f in detect_all(ASM_MACROS):
+    assert {f.mechanism for f in detect_all(ASM_MACROS)} == {"restrict"}  # nothing here for a rewrite to take
+    for f in detect_seen(ASM_MACROS):
         fams.setdefault(f.mechanism, []).append(f)
     assert {f.locus for f in fams["cache_hint"]} == {"k:asm:ld.global.cs.v4.f32", "k:LDG:o + 1"}
     assert {f.locus for f in fams["fast_math"]} == {"tanh_approx:asm:tanh.approx", "k:FAST_EXP"}
