@@ -2,9 +2,10 @@
 
 A feature is present when its source detector or the compiler's evidence says so
 (klineage.mechanisms.evidence). The feature lists the walk passes come from
-klineage.mechanisms.detect_all and carry their source text, so the audit adds the compiler's view of
-the same two kernels (PTX with line info, cached); lists without a source, or kernels that do not
-compile to PTX, are audited on the source detectors alone, and the record says why
+klineage.mechanisms.detect_all (the forms the rewrites take) and carry their source text, so the
+audit adds the idiom forms the detectors see but no rewrite takes (detect_seen) and the compiler's
+view of the same two kernels (PTX with line info, cached); lists without a source, or kernels that do
+not compile to PTX, are audited on the given features alone, and the record says why
 (`compiler_unavailable`).
 
 Rules steps: exactly the declared (mechanism, locus) is gone and every other feature is kept, and
