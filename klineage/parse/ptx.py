@@ -41,7 +41,7 @@ _TYPE_BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2
 # opcodes whose first operand is not a register written by the instruction
 _NO_DEST = ("st", "red", "bar", "barrier", "membar", "fence", "bra", "ret", "exit", "prefetch", "prefetchu", "trap",
             "cp", "stmatrix", "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group", "setmaxnreg", "griddepcontrol",
-            "elect", "call", "brkpt", "pmevent", "nanosleep", "cp.async")
+            "call", "brkpt", "pmevent", "nanosleep")
 
 
 @dataclass(frozen=True)
