@@ -1,4 +1,6 @@
-"""The klineage command line: parses options, calls the library, formats the output."""
+"""The klineage command line: parses options, calls the library, formats the output.
+
+Every command exits with a code of klineage.errors.ExitCode (the table in docs/cli.md)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,9 +12,10 @@ from pathlib import Path
 import click
 
 from klineage import __version__, settings
-from klineage.errors import KLineageError, read_source
-from klineage.report.text import (format_gate_result, format_lineage, format_lineage_row, format_mine_summary,
-                                  format_skill_row, format_workload)
+from klineage.settings import display_path
+from klineage.errors import EXIT_CODE_MEANING, ExitCode, KLineageError, read_source
+from klineage.report.text import (format_gate_result, format_lineage, format_lineages_table, format_mine_summary,
+                                  format_skills_table, format_workload, table)
 
 
 def json_option(fn):
@@ -25,9 +28,23 @@ def db_option(fn):
                         help="DuckDB file (default $KLINEAGE_DB or ./klineage.duckdb).")(fn)
 
 
+def arch_option(fn):
+    """The shared --arch option: the build target of every gate evaluation."""
+    from klineage.gate.compile import ARCHS
+    return click.option("--arch", type=click.Choice(ARCHS), default=None,
+                        help="Build target of the GPU in hand (default: the configuration's [gate] arch, else "
+                             "sm_90a, Hopper; kernels using wgmma build for sm_90a only).")(fn)
+
+
+def _usage_error(exc: KLineageError) -> click.ClickException:
+    err = click.ClickException(str(exc))
+    err.exit_code = int(getattr(exc, "exit_code", ExitCode.FAILED))
+    return err
+
+
 def library_errors(fn):
-    """Turn library errors into one-line click errors whose message names the fix (exit 2 for bad
-    input, 1 otherwise); with --debug the traceback is shown instead."""
+    """Turn library errors into one-line click errors whose message names the fix, exiting with the
+    error's ExitCode; with --debug the traceback is shown instead."""
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         try:
@@ -35,9 +52,7 @@ def library_errors(fn):
         except KLineageError as exc:
             if _DEBUG["on"]:
                 raise
-            err = click.ClickException(str(exc))
-            err.exit_code = getattr(exc, "exit_code", 1)
-            raise err from exc
+            raise _usage_error(exc) from exc
     return wrapper
 
 
@@ -45,19 +60,22 @@ _DEBUG = {"on": False}
 
 
 class _Main(click.Group):
-    """The root group: an unexpected exception is one line (and exit 1) unless --debug is given."""
+    """The root group: an unexpected exception is one line (and exit 1) unless --debug is given;
+    Ctrl-C exits 130."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted: what was decided before is stored; run the command again to continue",
+                       err=True)
+            raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
         except KLineageError as exc:
             if _DEBUG["on"]:
                 raise
-            err = click.ClickException(str(exc))
-            err.exit_code = getattr(exc, "exit_code", 1)
-            raise err from exc
+            raise _usage_error(exc) from exc
         except Exception as exc:
             if _DEBUG["on"]:
                 raise
@@ -110,7 +128,10 @@ def _set_debug(ctx, _param, value):
     _DEBUG["on"] = bool(value)
 
 
-@click.group(cls=_Main)
+EXIT_CODES_EPILOG = "\b\nExit codes:\n" + "\n".join(f"  {int(c):>3}  {m}" for c, m in EXIT_CODE_MEANING.items())
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_EPILOG)
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Show the version and the toolchain found, then exit.")
 @click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
@@ -136,38 +157,95 @@ def toolchain(as_json):
 @click.option("--shapes", type=click.Choice(["all", "benchmark"]), default="all",
               help="Check correctness on benchmark and probe shapes (all) or benchmark shapes only.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Take the timing settings from a run configuration's [gate] table (e.g. pipelines/mine.toml).")
+              help="Take the timing settings and arch from a run configuration's [gate] table (the shipped "
+                   "experts' records were made with pipelines/mine.toml's).")
+@arch_option
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 @library_errors
-def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_path, as_json):
-    """Guard, compile, check and time KERNEL.cu files against their workload."""
+def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_path, arch, quiet, as_json):
+    """Guard, compile, check and time KERNEL.cu files against their workload.
+
+    Without a GPU (and without --replay) each kernel is still guarded and built: the guard's
+    findings and the build's ptxas resources are printed (text or --json), then why it stopped.
+    Exits 0 when every kernel PASSED, 3 on another verdict, 4 when a replay lacks a record, 1
+    when a kernel could not be evaluated (no GPU), 2 on bad input."""
     from klineage.gate.gate import Gate, GateConfig
+    from klineage.progress import Progress
+    from klineage.report.text import format_gate_stop
     from klineage.workload import find_workload_for, load_workload
 
-    store = _open_store(db_path)
-    if replay:
-        from klineage.store.recorded import import_recorded
-        import_recorded(store)
     cfg = GateConfig(shapes=shapes)
     if config_path is not None:
         from klineage.lineage.mine import load_config
         cfg = dataclasses.replace(load_config(config_path)[0].gate_config(), shapes=shapes)
+    if arch is not None:
+        cfg = dataclasses.replace(cfg, arch=arch)
+    store = _open_store(db_path)
+    if replay:
+        from klineage.store.recorded import import_recorded
+        import_recorded(store)
     gate = Gate(store, cfg)
-    results, failures = [], 0
+    rows, codes = [], set()
+    progress = Progress(quiet)
+    progress.task("gate", "gate", total=len(kernels))
     try:
-        for k in kernels:
-            wl = load_workload(workload_dir or find_workload_for(k))
-            res = gate.evaluate_file(k, wl, replay=replay, remeasure=remeasure)
-            results.append((k, res))
+        for i, k in enumerate(kernels):
+            gate.on_phase = lambda phase, _k=k: progress.update("gate", note=f"{_k.name}: {phase}", say=True)
+            try:
+                wl = load_workload(workload_dir or find_workload_for(k))
+                res = gate.evaluate_file(k, wl, replay=replay, remeasure=remeasure)
+            except KLineageError as exc:  # reported with what was done before it; the next kernel goes on
+                row = {"kernel": str(k), "status": None, "error": str(exc), "error_kind": type(exc).__name__,
+                       **getattr(exc, "partial", {})}
+                if getattr(exc, "differs", None):
+                    row["differs"] = {f: {"recorded": a, "asked": b} for f, (a, b) in exc.differs.items()}
+                    if "timing" in exc.differs:
+                        row["error"] += _timing_hint(exc.differs["timing"][0])
+                codes.add(ExitCode(int(getattr(exc, "exit_code", ExitCode.FAILED))))
+                text = format_gate_stop(str(k), row)
+            else:
+                row = {"kernel": str(k), **res.to_dict()}
+                codes.add(ExitCode.OK if res.passed else ExitCode.VERDICT)
+                text = format_gate_result(str(k), res)
+            rows.append(row)
+            progress.update("gate", advance=1, note=f"{k.name}: {row['status'] or 'no verdict'}")
             if not as_json:
-                click.echo(format_gate_result(str(k), res))
-            failures += not res.passed
+                click.echo(text)
     finally:
+        progress.close()
         gate.close()
         store.close()
-    if as_json:
-        click.echo(json.dumps([{"kernel": str(k), **r.to_dict()} for k, r in results], indent=1, default=str))
-    sys.exit(0 if failures == 0 else 3)
+        if as_json:  # printed whatever stops the loop
+            click.echo(json.dumps(rows, indent=1, default=str))
+    sys.exit(_worst(codes))
+
+
+def _worst(codes: set) -> int:
+    """One exit code for a command over many items: bad input, then a failure, then a missing
+    record, then a verdict other than PASSED."""
+    for c in (ExitCode.BAD_INPUT, ExitCode.FAILED, ExitCode.MISSING, ExitCode.VERDICT):
+        if c in codes:
+            return int(c)
+    return int(ExitCode.OK)
+
+
+def _timing_hint(recorded: dict | None) -> str:
+    """Which shipped run configurations have the recorded timing settings in their [gate] table."""
+    if not recorded:
+        return ""
+    from klineage.errors import read_toml
+    from klineage.gate.gate import DEFAULT_TIMING
+    found = []
+    for p in sorted((settings.repo_root() / "pipelines").glob("*.toml")):
+        try:
+            table = read_toml(p, KLineageError)[1].get("gate", {})
+        except KLineageError:
+            continue
+        timing = {**DEFAULT_TIMING, **{k: v for k, v in table.items() if k != "arch"}}
+        if all(timing.get(k) == v for k, v in recorded.items()):
+            found.append(display_path(p))
+    return f" (the recorded timing is the [gate] table of {', '.join(found)}: pass --config {found[0]})" if found else ""
 
 
 @main.group("workload")
@@ -235,38 +313,50 @@ def evals_export(file, db_path):
 
 # -- mining ------------------------------------------------------------------------------------------
 
-class _Progress:
-    """One status line on stderr: evaluations by gate status, steps, rejections (unless quiet)."""
+def _counts(counts: dict) -> str:
+    return " ".join(f"{k} {v}" for k, v in sorted(counts.items()))
 
-    def __init__(self, quiet: bool):
-        self.quiet = quiet
+
+class _MineProgress:
+    """Mining progress (klineage.progress): the walks done of all, the analysed steps done of the
+    steps accepted, with the gate's verdicts counted by status."""
+
+    def __init__(self, quiet: bool, walks: int):
+        from klineage.progress import Progress
+        self.p = Progress(quiet)
         self.counts: dict[str, int] = {}
         self.steps = self.rejected = 0
-        self.label = ""
-
-    def _count(self, status: str) -> None:
-        self.counts[status] = self.counts.get(status, 0) + 1
-
-    def _show(self, head: str) -> None:
-        if not self.quiet:
-            st = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-            click.echo(f"\r[{self.label}] {head} · {st}\033[K", err=True, nl=False)
+        self.label = None
+        self.p.task("walk", "walks", total=walks)
 
     def __call__(self, label, event, **kw):
-        self.label = label
         if event == "evaluated":
-            self._count(kw["status"])
-        elif event == "step":
+            self.counts[kw["status"]] = self.counts.get(kw["status"], 0) + 1
+        elif event == "missing":
+            self.counts["NOT_REPLAYED"] = self.counts.get("NOT_REPLAYED", 0) + 1
+        elif event == "step" and label != "analysis":
             self.steps += 1
         elif event == "rejected":
             self.rejected += 1
-        elif event == "missing":
-            self._count("NOT_REPLAYED")
-        self._show(f"steps {self.steps} · rejected {self.rejected}")
+        if label == "analysis":
+            if self.label != "analysis":  # the walks are over
+                self.p.update("walk", advance=1 if self.label else 0)
+                self.p.task("analysis", "analysis of accepted steps", total=self.steps)
+                self.label = "analysis"
+            self.p.update("analysis", advance=1 if event == "analysis" else 0, note=_counts(self.counts),
+                          description=f"analysis {kw.get('step', '')}".strip() if event == "analysis" else None)
+            return
+        if label != self.label:
+            self.p.update("walk", advance=1 if self.label else 0)
+            self.label = label
+        self.p.update("walk", description=f"walk {label}", advance=0,
+                      note=f"steps {self.steps} · rejected {self.rejected} · {_counts(self.counts)}",
+                      say=event in ("step", "rejected"))
 
     def done(self):
-        if not self.quiet and self.label:
-            click.echo("", err=True)
+        if self.label and self.label != "analysis":
+            self.p.update("walk", advance=1)
+        self.p.close()
 
 
 @main.command("mine")
@@ -353,7 +443,7 @@ def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None
         from klineage.store.recorded import import_recorded
         import_recorded(store)
     gate = Gate(store, run.gate_config(), build_stored=build_stored)
-    progress = _Progress(quiet)
+    progress = _MineProgress(quiet, len(run.targets))
     try:
         return run_mine(run, store, gate, replay=replay, progress=progress, llm=llm, executor=executor)
     finally:
@@ -450,18 +540,24 @@ def _make_llm(mats, model, base_url, budget_usd, dry_run=False):
     return llm_mod.LLMMaterializer(backend, budget_usd=budget_usd, model=model)
 
 
-class _ApplyProgress(_Progress):
-    """The same status line for apply: steps, steps kept, and counts per gate status."""
+class _ApplyProgress:
+    """Apply progress: candidate steps gated of the budget, steps kept, gate verdicts by status."""
 
-    def __init__(self, quiet: bool, label: str):
-        super().__init__(quiet)
-        self.label, self.kept = label, 0
+    def __init__(self, quiet: bool, label: str, total: int | None):
+        from klineage.progress import Progress
+        self.p = Progress(quiet)
+        self.counts: dict[str, int] = {}
+        self.kept = 0
+        self.p.task("apply", label, total=total)
 
     def __call__(self, step: dict) -> None:
-        self.steps += 1
-        self._count(step["status"])
+        self.counts[step["status"]] = self.counts.get(step["status"], 0) + 1
         self.kept += bool(step["accepted"] and step["kind"] == "candidate")
-        self._show(f"steps {self.steps} · kept {self.kept}")
+        self.p.update("apply", advance=1 if step["kind"] == "candidate" else 0, say=step["kind"] != "candidate",
+                      note=f"kept {self.kept} · {_counts(self.counts)}")
+
+    def done(self):
+        self.p.close()
 
 
 def _execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, gate_config=None,
@@ -475,7 +571,7 @@ def _execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, g
         raise click.ClickException(f"no skills in {store.path}: mine first (klineage mine --config pipelines/mine.toml) "
                                    "or pass --db skills_db/skills.duckdb")
     gate = Gate(store, gate_config)
-    progress = _ApplyProgress(quiet, f"apply {wl.name}")
+    progress = _ApplyProgress(quiet, f"apply {wl.name}", cfg.budget_steps)
     try:
         return apply(store, gate, wl, start, origin, cfg, llm=llm, replay=replay, progress=progress)
     finally:
@@ -554,22 +650,29 @@ def run_cmd(pipeline, db_path, replay, quiet, as_json):
 
 # -- the held-out check -------------------------------------------------------------------------------
 
-class _HeldoutProgress(_Progress):
-    """The status line for heldout: the instance and condition at work, steps, rows decided."""
+class _HeldoutProgress:
+    """Held-out progress: rows (instance x condition) decided of all, the one at work, steps gated."""
 
-    def __init__(self, quiet: bool):
-        super().__init__(quiet)
-        self.rows = 0
+    def __init__(self, quiet: bool, rows: int):
+        from klineage.progress import Progress
+        self.p = Progress(quiet)
+        self.counts: dict[str, int] = {}
+        self.steps = 0
+        self.p.task("heldout", "held-out", total=rows)
 
     def __call__(self, event: str, **kw) -> None:
         if event == "step":
             self.steps += 1
-            self._count(kw["step"]["status"])
-            self.label = f"heldout {kw['instance']} {kw['condition']}"
+            st = kw["step"]["status"]
+            self.counts[st] = self.counts.get(st, 0) + 1
+            self.p.update("heldout", description=f"heldout {kw['instance']} {kw['condition']}",
+                          note=f"steps {self.steps} · {_counts(self.counts)}")
         else:
-            self.rows += 1
-            self.label = f"heldout {kw['row']['instance']} {kw['row']['condition']}: {kw['row']['status']}"
-        self._show(f"steps {self.steps} · rows {self.rows}")
+            r = kw["row"]
+            self.p.update("heldout", advance=1, description=f"heldout {r['instance']} {r['condition']}: {r['status']}")
+
+    def done(self):
+        self.p.close()
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -594,7 +697,7 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
     if "llm" in hp.config.conditions:
         llm, reason = llm_status(replay, hp.config.model, hp.config.budget_usd)
     gate = Gate(store, hp.config.gate_config())
-    progress = _HeldoutProgress(quiet)
+    progress = _HeldoutProgress(quiet, len(instances) * len(hp.config.conditions))
     try:
         report = run_heldout(store, gate, instances, hp.config, hp.root, replay=replay, llm=llm, llm_reason=reason,
                              progress=progress)

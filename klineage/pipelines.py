@@ -98,16 +98,10 @@ _HELDOUT_KEYS = {"root": str, "conditions": list, "budget": int, "seed": int, "f
                  "budget_usd": (int, float), "foreign": dict}
 
 
-def _check_gate(path: Path, gate: dict) -> None:
-    from klineage.lineage.mine import _GATE_KEYS
-    if not isinstance(gate, dict):
-        raise PipelineError(f"{path}: [gate] must be a table of warmup, reps, trials, backlog_us")
-    for k, v in gate.items():
-        if k not in _GATE_KEYS:
-            raise PipelineError(f"{path}: unknown key gate.{k} (allowed: {', '.join(_GATE_KEYS)})")
-        lo, hi = _GATE_KEYS[k]
-        if type(v) is not int or not lo <= v <= hi:
-            raise PipelineError(f"{path}: gate.{k} = {v!r}: expected an int from {lo} to {hi}")
+def _check_gate(path: Path, gate: dict, arch: bool = False) -> None:
+    # the held-out pipeline's instances and records are sm_90a builds: it takes no gate.arch
+    from klineage.lineage.mine import check_gate_table
+    check_gate_table(path, gate, PipelineError, arch=arch)
 
 
 def heldout_pipeline(path: Path, raw: dict) -> HeldoutPipeline:
@@ -172,10 +166,7 @@ def _apply_pipeline(path: Path, raw: dict) -> ApplyPipeline:
         if m not in ("rules", "sweep", "llm"):
             raise PipelineError(f"{path}: apply.materializers: {m!r} is not one of rules, sweep, llm")
     gate = raw.get("gate", {})
-    from klineage.lineage.mine import _GATE_KEYS
-    for k, v in gate.items():
-        if k not in _GATE_KEYS:
-            raise PipelineError(f"{path}: unknown key gate.{k} (allowed: {', '.join(_GATE_KEYS)})")
+    _check_gate(path, gate, arch=True)
     base = path.resolve().parent.parent
     wl, start = base / ap["workload"], base / ap["start"]
     if not (wl / "workload.py").is_file():
