@@ -36,6 +36,18 @@ def arch_option(fn):
                              "sm_90a, Hopper; kernels using wgmma build for sm_90a only).")(fn)
 
 
+def _clip(text: str, n: int) -> str:
+    text = str(text)
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def _bad_input(message: str) -> click.ClickException:
+    """A one-line error for input the command cannot use (exit 2)."""
+    err = click.ClickException(message)
+    err.exit_code = int(ExitCode.BAD_INPUT)
+    return err
+
+
 def _usage_error(exc: KLineageError) -> click.ClickException:
     err = click.ClickException(str(exc))
     err.exit_code = int(getattr(exc, "exit_code", ExitCode.FAILED))
@@ -250,7 +262,7 @@ def _timing_hint(recorded: dict | None) -> str:
 
 @main.group("workload")
 def workload_group():
-    """Inspect workload contracts."""
+    """Inspect and check workload contracts."""
 
 
 @workload_group.command("show")
@@ -258,10 +270,48 @@ def workload_group():
 @json_option
 @library_errors
 def workload_show(path, as_json):
-    """Validate and describe a workload folder."""
+    """Validate and describe a workload folder: signature, shapes, tolerance, reference, and the
+    build targets its kernels need (`workload check` runs its functions)."""
     from klineage.workload import load_workload
     wl = load_workload(path)
-    click.echo(json.dumps(wl.describe(), indent=1) if as_json else format_workload(wl))
+    targets = _kernel_targets(wl.path)
+    if as_json:
+        click.echo(json.dumps({**wl.describe(), "kernels": targets}, indent=1))
+        return
+    click.echo(format_workload(wl))
+    for name, need in targets.items():
+        click.echo(f"  kernel {name}: {need or 'builds for every target from sm_80 on'}")
+
+
+def _kernel_targets(folder: Path) -> dict:
+    """{kernel file: the sentence naming the targets it needs, or None} for the .cu files of a
+    workload folder (klineage.gate.gate.arch_needs)."""
+    from klineage.gate.gate import arch_needs
+    folder = folder if folder.is_dir() else folder.parent
+    return {p.name: arch_needs(p.read_text(errors="replace")) for p in sorted(folder.glob("*.cu"))}
+
+
+@workload_group.command("check")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@json_option
+@library_errors
+def workload_check(path, as_json):
+    """Run a workload's contract on a tiny shape on the CPU: make_inputs, outputs, scalars,
+    reference and vendor, checking names, shapes, dtypes and finiteness, and the vendor against the
+    reference within the tolerance. Exits 1 when a function fails (a vendor that needs a GPU is
+    reported as skipped), 0 otherwise."""
+    from klineage.gate.contract import check_contract
+    from klineage.workload import load_workload
+    wl = load_workload(path)
+    report = check_contract(wl)
+    if as_json:
+        click.echo(json.dumps(report, indent=1, default=str))
+    else:
+        click.echo(f"{wl.name}: contract on the CPU at {report['shape_text']} ({report['why_shape']})")
+        click.echo(table(["function", "result", "detail"],
+                         [[c["function"], c["result"], _clip(c["detail"], 160)] for c in report["checks"]]))
+        click.echo(f"{wl.name}: {'ok' if report['ok'] else 'FAILED'}")
+    sys.exit(ExitCode.OK if report["ok"] else ExitCode.FAILED)
 
 
 @main.group("evals")
@@ -269,23 +319,32 @@ def evals_group():
     """List, import and export stored evaluations."""
 
 
+_STATUSES = ("COMPILE_ERROR", "GUARD_REJECTED", "RUNTIME_ERROR", "TIMEOUT", "INCORRECT", "PASSED")
+
+
 @evals_group.command("list")
 @db_option
-@click.option("--status", default=None, help="Only this status.")
+@click.option("--status", type=click.Choice(_STATUSES, case_sensitive=False), default=None,
+              help="Only evaluations with this gate status.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many (the newest).")
 @json_option
 @library_errors
-def evals_list(db_path, status, as_json):
+def evals_list(db_path, status, limit, as_json):
     """List stored evaluations, newest first."""
     with _open_store(db_path) as store:
-        rows = store.find_evaluations(status=status)
+        rows = store.find_evaluations(status=status.upper() if status else None, limit=limit)
     if as_json:
         click.echo(json.dumps(rows, indent=1, default=str))
         return
+    if not rows:
+        click.echo(f"no evaluations{f' with status {status.upper()}' if status else ''} in {store.path}")
+        return
+    body = []
     for r in rows:
         tm = r["result"].get("timing") or []
-        lat = f"{tm[0]['latency_us']:.1f} us" if tm else "-"
-        click.echo(f"{r['eval_key'][:12]}  {r['workload_name']:<12} {r['status']:<15} {lat:>12}  "
-                   f"{r['gpu'] or '-'}  {r['recorded_at']}")
+        body.append([r["eval_key"][:12], r["workload_name"], r["status"],
+                     f"{tm[0]['latency_us']:.1f}" if tm else "-", r["gpu"] or "-", r["recorded_at"]])
+    click.echo(table(["key", "workload", "status", "latency (us)", "GPU", "recorded"], body, right=("latency (us)",)))
 
 
 @evals_group.command("import")
@@ -303,11 +362,14 @@ def evals_import(files, db_path):
 @evals_group.command("export")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @db_option
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @library_errors
-def evals_export(file, db_path):
-    """Export every stored evaluation to a JSON Lines file."""
-    with _open_store(db_path) as store:
-        n = store.export_evaluations(file)
+def evals_export(file, db_path, quiet):
+    """Export every stored evaluation to a JSON Lines file (gzip-compressed when FILE ends in .gz)."""
+    from klineage.progress import Progress
+    with _open_store(db_path) as store, Progress(quiet) as progress:
+        progress.task("export", f"export to {file}")
+        n = store.export_evaluations(file, progress=lambda done, total: progress.set("export", done, total))
     click.echo(f"{n} evaluations written to {file}")
 
 
@@ -470,27 +532,34 @@ def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None
                    "proposes alone.")
 @click.option("--model", default=None, help="Model id for --materializer llm (default claude-sonnet-4-5).")
 @click.option("--base-url", default=None, help="An OpenAI-compatible server for --materializer llm (e.g. a local one).")
-@click.option("--dry-run", is_flag=True, help="With llm: print the exact first prompt and its cost estimate; send nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Build and gate nothing, touch no GPU: print the retrieved skills and each backend's first "
+                   "candidate (with llm: the exact prompt for the top skill and its cost estimate; sends nothing).")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
+@arch_option
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write best.cu and trajectory.json here.")
-@click.option("--quiet", is_flag=True, help="No progress line.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 @click.pass_context
 @library_errors
 def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_steps, budget_usd, budget_s, admission,
-              sweep_axes, model, base_url, dry_run, replay, out_dir, quiet, as_json):
+              sweep_axes, model, base_url, dry_run, replay, arch, out_dir, quiet, as_json):
     """Retrieve skills for a new kernel and apply them one at a time behind the gate.
 
     \b
     klineage apply --workload DIR --start KERNEL.cu [--materializer rules|sweep|llm ...] [--out DIR]
     klineage apply show RUN        replay a stored trajectory
+
+    Exits 1 when the start kernel fails the gate, 4 when a replay lacks records.
     """
     if ctx.invoked_subcommand is not None:
         return
     if workload_dir is None or start_path is None:
         raise click.UsageError("give --workload DIR and --start KERNEL.cu (or: klineage apply show RUN)")
     from klineage.apply.loop import ApplyConfig, write_outputs
+    from klineage.gate.compile import DEFAULT_ARCH
+    from klineage.gate.gate import GateConfig
     from klineage.workload import load_workload
 
     wl = load_workload(workload_dir)
@@ -499,18 +568,15 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
     cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
                       admission=admission == "on", model=model, sweep_axes=sweep_axes)
     llm = _make_llm(mats, model, base_url, budget_usd, dry_run)
-    if llm is not None:
-        if dry_run:
-            from klineage.apply.materialize import contract_text
-            with _open_store(db_path) as store:
-                skills = store.skills()
-            if not skills:
-                raise click.ClickException("the library is empty: mine first (klineage mine ...) or pass --db")
-            _echo_preview(llm.dry_run([skills[0]["card_md"]], start, contract_text(wl), None), as_json)
-            return
+    gate_config = None if arch is None else GateConfig(arch=arch)
+    if dry_run:
+        with _open_store(db_path) as store:
+            plan = apply_plan(store.skills(), wl, start, cfg, llm, arch or DEFAULT_ARCH)
+        click.echo(json.dumps(plan, indent=1, default=str) if as_json else format_apply_plan(plan))
+        return
     store = _open_store(db_path)
     try:
-        run = _execute_apply(store, wl, start, str(start_path), cfg, llm, replay, quiet=quiet or as_json)
+        run = _execute_apply(store, wl, start, str(start_path), cfg, llm, replay, gate_config, quiet=quiet or as_json)
     finally:
         store.close()
     if out_dir:
@@ -519,6 +585,76 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
         click.echo(json.dumps({k: v for k, v in run.items() if k != "best_source"}, indent=1, default=str))
     else:
         click.echo(format_apply_run(run))
+    sys.exit(_apply_exit(run))
+
+
+def _apply_exit(run: dict) -> int:
+    """A run whose start kernel failed the gate failed (1); a replay that lacked records exits 4."""
+    if run["stop_reason"] == "start_failed":
+        return int(ExitCode.FAILED)
+    return int(ExitCode.MISSING) if (run.get("summary") or {}).get("missing") else int(ExitCode.OK)
+
+
+def apply_plan(skills: list[dict], wl, start: str, cfg, llm, arch: str) -> dict:
+    """What `apply` would do first, with nothing gated and no GPU touched: the skills retrieved for
+    the start kernel (its bottleneck unknown until it is measured), the excluded ones with their
+    reasons, and per backend its first candidate: the rules rewrite of the top skill that has one,
+    the sweep's first round of points, the llm's exact prompt for the top retrieved skill."""
+    from klineage.apply.loop import retrieved_skills
+    from klineage.apply.materialize import RulesMaterializer, contract_text, make_buildable, make_sweep
+    from klineage.apply.retrieve import retrieve, target_facts
+    if not skills:
+        raise _bad_input("the library is empty: pass --db with a copy of skills_db/skills.duckdb, or mine first")
+    facts = target_facts(wl, start, cfg.platform, None)
+    got = retrieve(skills, facts, admission=cfg.admission)
+    by_id = {s["skill_id"]: s for s in skills}
+    plan = {"dry_run": True, "workload": wl.name, "materializers": list(cfg.materializers),
+            "budget_steps": cfg.budget_steps, "arch": arch, "target": got["target"],
+            "retrieved": [{"name": c["name"], "skill_id": c["skill_id"], "score": c["terms"]["score"]}
+                          for c in got["candidates"]],
+            "excluded": [{"name": e["name"], "reasons": e["reasons"]} for e in got["excluded"]], "first": {}}
+    for backend in cfg.materializers:
+        if backend == "rules":
+            rules = RulesMaterializer()
+            for c in got["candidates"]:
+                cands = rules.propose(by_id[c["skill_id"]], start, wl)
+                if cands:
+                    plan["first"]["rules"] = {"skill": c["name"], "note": cands[0].note}
+                    break
+            else:
+                plan["first"]["rules"] = {"skill": None, "note": "no retrieved skill has a rewrite that applies"}
+        elif backend == "sweep":
+            sweep = make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, arch))
+            pts = sweep.propose_all(retrieved_skills(skills, got), start, wl)
+            plan["first"]["sweep"] = {"points": [c.config for c in pts]}
+        elif backend == "llm":
+            top = by_id[got["candidates"][0]["skill_id"]] if got["candidates"] else None
+            if top is None:
+                plan["first"]["llm"] = {"skill": None, "note": "no skill retrieved: nothing to prompt with"}
+            else:
+                prev = llm.dry_run([top["card_md"]], start, contract_text(wl), None)
+                plan["first"]["llm"] = {"skill": top["name"]}
+                plan["prompt"], plan["estimate"] = prev["prompt"], prev["estimate"]
+    return plan
+
+
+def format_apply_plan(plan: dict) -> str:
+    lines = [f"dry run on {plan['workload']} ({plan['arch']}): nothing is gated and no GPU touched; the start kernel's "
+             f"bottleneck is unknown until it is measured"]
+    lines.append(table(["rank", "retrieved skill", "score"],
+                       [[i + 1, c["name"], f"{c['score']:.2f}"] for i, c in enumerate(plan["retrieved"])],
+                       right=("rank", "score")) if plan["retrieved"] else "no skill retrieved")
+    lines.append(f"excluded: {len(plan['excluded'])} skills (`--json` lists each with its reasons)")
+    for backend, first in plan["first"].items():
+        if backend == "sweep":
+            pts = "; ".join(",".join(f"{k}={v}" for k, v in p.items()) for p in first["points"]) or "none"
+            lines.append(f"sweep, first round: {pts}")
+        else:
+            lines.append(f"{backend}, first candidate: {first['skill'] or '-'}" + (f" ({first['note']})" if first.get("note") else ""))
+    if "prompt" in plan:
+        lines.append(f"llm prompt for {plan['first']['llm']['skill']}:\n{plan['prompt']}\n\n-- estimate: "
+                     f"{json.dumps(plan['estimate'])}")
+    return "\n".join(lines)
 
 
 def _echo_preview(d: dict, as_json: bool) -> None:
@@ -837,9 +973,12 @@ def apply_list(db_path, as_json):
         return
     if not runs:
         click.echo("no apply runs stored: run `klineage apply --workload DIR --start KERNEL.cu`")
+        return
+    rows = []
     for r in runs:
         kept = (r.get("summary") or {}).get("kept", [])
-        click.echo(f"{r['run_id']}  {r['workload']:16s} {str(r['stop_reason']):14s} kept {len(kept)}: {', '.join(kept)[:80]}")
+        rows.append([r["run_id"], r["workload"], r["stop_reason"], len(kept), _clip(", ".join(kept), 80)])
+    click.echo(table(["run", "workload", "stop", "kept", "skills kept"], rows, right=("kept",)))
 
 
 @apply_cmd.command("show")
@@ -853,7 +992,7 @@ def apply_show(run_id, db_path, as_json):
         run = store.get_apply_run(run_id)
         if run is None:
             ids = ", ".join(r["run_id"] for r in store.apply_runs()[:10]) or "none stored"
-            raise click.ClickException(f"no single apply run {run_id!r} in {store.path} (runs: {ids})")
+            raise _bad_input(f"no single apply run {run_id!r} in {store.path} (runs: {ids})")
     click.echo(json.dumps(run, indent=1, default=str) if as_json else format_apply_run(run))
 
 
@@ -977,9 +1116,10 @@ def lineage_list(db_path, as_json):
                                                    "remaining")} | {"steps": len(l["transitions"]),
                                                                     "rejections": len(l["rejections"])}
                                for l in lins], indent=1))
+    elif not lins:
+        click.echo(f"no lineages in {store.path}: mine first (klineage mine --config pipelines/mine.toml --replay)")
     else:
-        for l in lins:
-            click.echo(format_lineage_row(l))
+        click.echo(format_lineages_table(lins))
 
 
 @lineage_group.command("show")
@@ -992,7 +1132,7 @@ def lineage_show(ident, db_path, as_json):
     with _open_store(db_path) as store:
         lin = store.get_lineage(ident)
     if lin is None:
-        raise click.ClickException(f"no single lineage matches {ident!r}: see `klineage lineage list`")
+        raise _bad_input(f"no single lineage matches {ident!r}: see `klineage lineage list`")
     click.echo(json.dumps(lin, indent=1) if as_json else format_lineage(lin))
 
 
@@ -1011,9 +1151,10 @@ def skills_list(db_path, as_json):
         skills = store.skills()
     if as_json:
         click.echo(json.dumps([s["card"] for s in skills], indent=1))
+    elif not skills:
+        click.echo(f"no skills in {store.path}: mine first (klineage mine --config pipelines/mine.toml --replay)")
     else:
-        for s in skills:
-            click.echo(format_skill_row(s))
+        click.echo(format_skills_table(skills))
 
 
 @skills_group.command("show")
@@ -1022,12 +1163,29 @@ def skills_list(db_path, as_json):
 @json_option
 @library_errors
 def skills_show(ident, db_path, as_json):
-    """Show one skill card (id prefix or name)."""
+    """Show one skill card. IDENT: a name (wgmma/warpgroup-mma), an id or its prefix, or a name or
+    mechanism prefix (wgmma) that only one skill has; an ambiguous IDENT lists the candidates."""
     with _open_store(db_path) as store:
-        s = store.get_skill(ident)
-    if s is None:
-        raise click.ClickException(f"no single skill matches {ident!r}: see `klineage skills list`")
+        s = _find_skill(store, ident)
     click.echo(json.dumps(s["card"], indent=1) if as_json else s["card_md"])
+
+
+def _find_skill(store, ident: str) -> dict:
+    """The one skill IDENT names (exact name or id, else an id, name or mechanism prefix); exit 2
+    naming the candidates when none or several match."""
+    skills = store.skills()
+    key = ident.lower()
+    for pick in (lambda s: key in (s["name"].lower(), s["skill_id"].lower()),
+                 lambda s: s["skill_id"].lower().startswith(key) or s["name"].lower().startswith(key)
+                 or s["mechanism"].lower().startswith(key)):
+        hits = [s for s in skills if pick(s)]
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            names = "\n".join(f"  {s['name']}  ({s['skill_id']})" for s in hits)
+            raise _bad_input(f"{ident!r} matches {len(hits)} skills; name one of them:\n{names}")
+    raise _bad_input(f"no skill matches {ident!r} in {store.path}: see `klineage skills list` (a name such as "
+                     "wgmma/warpgroup-mma, an id prefix, or a mechanism such as wgmma)")
 
 
 @skills_group.command("why")
@@ -1039,9 +1197,7 @@ def skills_why(ident, db_path, as_json):
     """Every precondition and risk of one skill, with the probe, source line or record behind it."""
     from klineage.report.text import format_skill_why, skill_why
     with _open_store(db_path) as store:
-        s = store.get_skill(ident)
-    if s is None:
-        raise click.ClickException(f"no single skill matches {ident!r}: see `klineage skills list`")
+        s = _find_skill(store, ident)
     why = skill_why(s["card"])
     click.echo(json.dumps(why, indent=1) if as_json else format_skill_why(why))
 
@@ -1064,11 +1220,18 @@ def skills_stats(db_path, as_json):
               help="skill-md: a SKILL.md folder per skill; jsonl: one card per line; parquet: one row per skill.")
 @click.option("--out", "out", type=click.Path(path_type=Path), required=True,
               help="Output folder (skill-md) or file (jsonl, parquet).")
+@click.option("--force", is_flag=True, help="Replace what is already at --out (skill-md: the skills' folders).")
 @library_errors
-def skills_export(db_path, fmt, out):
+def skills_export(db_path, fmt, out, force):
     """Export the library: one SKILL.md folder per skill (Agent Skills layout), JSON lines (one card
     per line), or Parquet (one row per skill: id, name, mechanism, median speedup, admission status,
     risks, the card as JSON and as markdown)."""
+    folder = fmt == "skill-md"
+    if out.exists() and out.is_dir() != folder:
+        raise _bad_input(f"--out {out} is a {'file' if folder else 'folder'}: {fmt} writes a "
+                         f"{'folder' if folder else 'file'}; pass another path")
+    if out.exists() and not force and (not folder or any(out.iterdir())):
+        raise _bad_input(f"--out {out} already exists: pass --force to replace it, or another path")
     with _open_store(db_path) as store:
         skills = store.skills()
     if fmt == "skill-md":

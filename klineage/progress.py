@@ -61,6 +61,11 @@ class Progress:
         if (advance or say) and not self.live:
             self._plain(t)
 
+    def set(self, key: str, completed: int, total: int | None = None) -> None:
+        """Set the task's count of work done (and its total)."""
+        t = self._tasks.get(key)
+        self.update(key, advance=completed - (t["done"] if t else 0), total=total)
+
     def line(self, text: str) -> None:
         """One message above the bars (a plain line off a terminal)."""
         if self.quiet:

@@ -18,7 +18,7 @@ def table(headers: list[str], rows: list[list], right: tuple[str, ...] = ()) -> 
     for r in rows:
         t.add_row(*("-" if v is None else str(v) for v in r))
     buf = io.StringIO()
-    Console(file=buf, width=400, color_system=None, force_terminal=False, legacy_windows=False).print(t)
+    Console(file=buf, width=100_000, color_system=None, force_terminal=False, legacy_windows=False).print(t)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines() if line.strip() or False)
 
 
