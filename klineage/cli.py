@@ -172,7 +172,7 @@ def toolchain(as_json):
               help="Take the timing settings and arch from a run configuration's [gate] table (the shipped "
                    "experts' records were made with pipelines/mine.toml's).")
 @arch_option
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr (nor with --json).")
 @json_option
 @library_errors
 def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_path, arch, quiet, as_json):
@@ -199,7 +199,7 @@ def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_p
         import_recorded(store)
     gate = Gate(store, cfg)
     rows, codes = [], set()
-    progress = Progress(quiet)
+    progress = Progress(quiet or as_json)
     progress.task("gate", "gate", total=len(kernels))
     try:
         for i, k in enumerate(kernels):
@@ -251,13 +251,16 @@ def _timing_hint(recorded: dict | None) -> str:
     found = []
     for p in sorted((settings.repo_root() / "pipelines").glob("*.toml")):
         try:
-            table = read_toml(p, KLineageError)[1].get("gate", {})
+            raw = read_toml(p, KLineageError)[1]
         except KLineageError:
             continue
+        table = raw.get("gate", {})
         timing = {**DEFAULT_TIMING, **{k: v for k, v in table.items() if k != "arch"}}
         if all(timing.get(k) == v for k, v in recorded.items()):
-            found.append(display_path(p))
-    return f" (the recorded timing is the [gate] table of {', '.join(found)}: pass --config {found[0]})" if found else ""
+            found.append((raw.get("kind") != "mine", display_path(p)))  # the mining configurations first
+    found = [f for _, f in sorted(found)]
+    return (f" (the recorded timing is the [gate] table of {', '.join(found)}: pass --config {found[0]}, the run "
+            "configuration that recorded it)") if found else ""
 
 
 @main.group("workload")
@@ -431,7 +434,7 @@ class _MineProgress:
 @click.option("--max-steps", type=int, default=None, help="Stop a lineage after this many accepted steps.")
 @click.option("--max-rejections", type=int, default=None, help="Stop a lineage after this many rejected candidates.")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations (skills_db/evaluations) instead of a GPU.")
-@click.option("--quiet", is_flag=True, help="No progress line.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--model", default=None, help="Model id for --proposer llm (default claude-sonnet-4-5).")
 @click.option("--base-url", default=None, help="An OpenAI-compatible server for --proposer llm.")
 @click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most (--proposer llm).")
@@ -445,10 +448,11 @@ class _MineProgress:
 @click.option("--check-builds", is_flag=True,
               help="Build every kernel with the local nvcc even when its evaluation is stored (with --replay: shows "
                    "that the recorded kernels still build here; slower). By default a stored record is used unbuilt.")
+@arch_option
 @json_option
 @library_errors
 def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, replay, quiet, model, base_url,
-             budget_usd, dry_run, executor_name, ray_address, check_builds, as_json):
+             budget_usd, dry_run, executor_name, ray_address, check_builds, arch, as_json):
     """Walk expert kernels backward and lift every accepted step into a skill."""
     import dataclasses
 
@@ -463,6 +467,8 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
             raise click.BadParameter("name the kernels to mine (e.g. expert_kernels/) or pass --config",
                                      param_hint="PATHS")
         run = MineRun(targets_for(list(paths), proposer))
+    if arch is not None:
+        run.arch = arch
     over = {k: v for k, v in (("max_steps", max_steps), ("max_rejections", max_rejections)) if v is not None}
     if over:
         run.limits = dataclasses.replace(run.limits, **over)
@@ -495,7 +501,7 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
                           "budget_usd": llm.budget_usd}
     click.echo(json.dumps(summary, indent=1, default=str) if as_json else format_mine_summary(summary))
     if summary["missing"]:
-        sys.exit(4)
+        sys.exit(ExitCode.MISSING)
 
 
 def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None, build_stored: bool = False) -> dict:
@@ -719,12 +725,14 @@ def _execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, g
 @click.argument("pipeline", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @db_option
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
-@click.option("--quiet", is_flag=True, help="No progress line.")
+@arch_option
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 @library_errors
-def run_cmd(pipeline, db_path, replay, quiet, as_json):
+def run_cmd(pipeline, db_path, replay, arch, quiet, as_json):
     """Execute a declarative pipeline (pipelines/NAME.toml: kind = mine | apply | heldout), validated strictly,
-    and record it with its configuration in the database."""
+    and record it with its configuration in the database. Exits 1 when the run failed (an apply whose
+    start kernel fails the gate), 4 when a replay lacked records."""
     import hashlib
     import time as _time
 
@@ -732,6 +740,12 @@ def run_cmd(pipeline, db_path, replay, quiet, as_json):
     from klineage.workload import load_workload
 
     pl = load_pipeline(pipeline)
+    if arch is not None:
+        if pl.kind == "heldout":
+            raise _bad_input("--arch: the held-out pipeline's instances and records are sm_90a builds; "
+                             "leave --arch out")
+        if pl.kind == "mine":
+            pl.run.arch = arch
     llm = None
     if pl.kind == "apply":
         ap = pl.run
@@ -752,15 +766,26 @@ def run_cmd(pipeline, db_path, replay, quiet, as_json):
             outcome = "missing" if result["missing"] else "ok"
         else:
             from klineage.apply.loop import write_outputs
-            from klineage.gate.gate import GateConfig
-            from klineage.lineage.mine import MineRun
+            from klineage.gate.gate import gate_config_for
             ap = pl.run
-            gcfg = MineRun([], timing=ap.gate).gate_config() if ap.gate else GateConfig()
+            if replay and ap.records:
+                from klineage.errors import ReplayMissingError
+                from klineage.store.recorded import import_paths
+                absent = [display_path(r) for r in ap.records if not Path(r).exists()]
+                if absent:
+                    raise ReplayMissingError(
+                        f"{pipeline}: apply.records {', '.join(absent)} is not there: record it by running this "
+                        "pipeline on a GPU machine without --replay and exporting the workload's evaluations "
+                        "(`klineage evals export`; benchmarks/apply_gelu_h200.sh does both for apply_gelu)")
+                import_paths(store, ap.records)
+            gcfg = gate_config_for(ap.gate)
+            if arch is not None:
+                gcfg = dataclasses.replace(gcfg, arch=arch)
             result = _execute_apply(store, load_workload(ap.workload), read_source(ap.start), str(ap.start), ap.config,
                                     llm, replay, gcfg, quiet=quiet or as_json)
             if ap.out:
                 write_outputs(result, ap.out)
-            outcome = "ok"
+            outcome = "failed" if result["stop_reason"] == "start_failed" else "ok"
     finally:
         summary = None
         if result is not None:
@@ -780,8 +805,7 @@ def run_cmd(pipeline, db_path, replay, quiet, as_json):
         else:
             click.echo(format_mine_summary(result) if pl.kind == "mine" else format_apply_run(result))
         click.echo(f"pipeline run {rid} ({pl.name}, {pl.kind}): {outcome}")
-    if outcome == "missing":
-        sys.exit(4)
+    sys.exit({"ok": ExitCode.OK, "missing": ExitCode.MISSING}.get(outcome, ExitCode.FAILED))
 
 
 # -- the held-out check -------------------------------------------------------------------------------
@@ -882,7 +906,7 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
 @click.option("--dry-run", is_flag=True,
               help="Print the plan (instances, starts, tunables, references, foreign libraries, the first sweep "
                    "round of each searching condition); evaluate nothing.")
-@click.option("--quiet", is_flag=True, help="No progress line.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 @library_errors
 def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, final_rounds, sweep_rounds, sweep_axes,
@@ -940,7 +964,7 @@ def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, f
         click.echo(format_heldout(report))
         click.echo(f"wrote {hp.out / 'heldout.json'}, {hp.out / 'heldout.txt'} and the kernels under {hp.out / 'kernels'}")
     if report["missing"]:
-        sys.exit(4)
+        sys.exit(ExitCode.MISSING)
 
 
 def _format_plan(p: dict) -> str:
@@ -1016,17 +1040,21 @@ def format_apply_run(run: dict) -> str:
 @db_option
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for the static site (index.html, lineage/, skill/, heldout.html).")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 @library_errors
-def report_cmd(db_path, out_dir, as_json):
+def report_cmd(db_path, out_dir, quiet, as_json):
     """Write a static HTML report of the library: workloads and skills, a latency chart and diffs per
     lineage, the full card per skill, the held-out results. No server needed; works offline."""
     from klineage.report import render_report
     with _open_store(db_path) as store:
         if not store.lineages() and not store.skills():
-            raise click.ClickException(f"{store.path} holds no lineages or skills: mine first, or pass --db "
+            raise _bad_input(f"{store.path} holds no lineages or skills: mine first, or pass --db "
                                        "skills_db/skills.duckdb")
-        paths = render_report(store, out_dir)
+        from klineage.progress import Progress
+        with Progress(quiet or as_json) as progress:
+            progress.task("report", f"report to {out_dir}")
+            paths = render_report(store, out_dir, progress=lambda done, total: progress.set("report", done, total))
     if as_json:
         click.echo(json.dumps({k: [str(x) for x in v] if isinstance(v, list) else str(v) for k, v in paths.items()},
                               indent=1))
@@ -1057,11 +1085,12 @@ def baseline_group():
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Take the timing settings from a run configuration's [gate] table (e.g. pipelines/mine.toml).")
+@arch_option
 @db_option
 @json_option
 @library_errors
 def baseline_run(method, workload_dir, start_path, budget_usd, max_iters, budget_s, model, base_url, seed, dry_run,
-                 replay, config_path, db_path, as_json):
+                 replay, config_path, arch, db_path, as_json):
     """One baseline method on one workload from a start kernel, under the same gate, budget
     accounting and trajectory records as `klineage apply` (read them with `klineage apply show`)."""
     from klineage.apply.baselines import Baseline, run_baseline
@@ -1075,10 +1104,13 @@ def baseline_run(method, workload_dir, start_path, budget_usd, max_iters, budget
         _echo_preview(llm.preview(*Baseline(method, llm, seed).prompt(wl, start, None,
                                                                       "edit" if method == "adaexplore" else None)), as_json)
         return
+    from klineage.gate.gate import GateConfig
     gate_config = None
     if config_path is not None:
         from klineage.lineage.mine import load_config
         gate_config = load_config(config_path)[0].gate_config()
+    if arch is not None:
+        gate_config = dataclasses.replace(gate_config or GateConfig(), arch=arch)
     store = _open_store(db_path)
     if replay:
         from klineage.store.recorded import import_recorded
@@ -1095,7 +1127,7 @@ def baseline_run(method, workload_dir, start_path, budget_usd, max_iters, budget
     else:
         click.echo(format_apply_run(run))
     if run["summary"]["missing"]:  # like mine: a replay that lacked records exits 4
-        sys.exit(4)
+        sys.exit(ExitCode.MISSING)
 
 
 @main.group("lineage")

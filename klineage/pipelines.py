@@ -32,7 +32,7 @@ KINDS = ("mine", "apply", "heldout")
 _APPLY_TOP = {"kind", "name", "description", "gate", "apply"}
 _APPLY_KEYS = {"workload": str, "start": str, "materializers": list, "budget_steps": int, "budget_usd": (int, float),
                "budget_s": (int, float), "admission": bool, "sweep_axes": str, "model": str, "base_url": str,
-               "out": str}
+               "out": str, "records": str}
 
 
 class PipelineError(KLineageError):
@@ -62,6 +62,7 @@ class ApplyPipeline:
     gate: dict
     base_url: str | None
     out: Path | None
+    records: list = None  # record files or folders a --replay imports first (apply.records)
 
 
 def _read(path: Path) -> tuple[str, dict]:
@@ -179,4 +180,5 @@ def _apply_pipeline(path: Path, raw: dict) -> ApplyPipeline:
                           sweep_axes=ap.get("sweep_axes", "source"))
     except ValueError as e:
         raise PipelineError(f"{path}: [apply]: {e}") from None
-    return ApplyPipeline(wl, start, cfg, dict(gate), ap.get("base_url"), base / ap["out"] if "out" in ap else None)
+    return ApplyPipeline(wl, start, cfg, dict(gate), ap.get("base_url"), base / ap["out"] if "out" in ap else None,
+                         [base / ap["records"]] if "records" in ap else [])

@@ -318,7 +318,12 @@ class Gate:
             keys = (set(rec) | set(req)) - ignore
             return {k: (rec.get(k), req.get(k)) for k in sorted(keys) if rec.get(k) != req.get(k)}
         best = min((diff(r["request"]) for r in same_wl), key=len)
-        parts = [f"{_FIELD_NAMES.get(k, k)}: recorded {_show(a)}, asked {_show(b)}" for k, (a, b) in best.items()]
+        parts = []
+        for k, (a, b) in best.items():
+            if isinstance(a, dict) and isinstance(b, dict):  # only the keys that differ
+                keys = sorted(x for x in set(a) | set(b) if a.get(x) != b.get(x))
+                a, b = {x: a.get(x) for x in keys}, {x: b.get(x) for x in keys}
+            parts.append(f"{_FIELD_NAMES.get(k, k)}: recorded {_show(a)}, asked {_show(b)}")
         err = ReplayMissingError(f"{head}; the nearest record differs in {'; '.join(parts)}: match those "
                                  f"settings (e.g. the run configuration that recorded it), or {fix}")
         err.differs = best
