@@ -16,10 +16,14 @@ _GPU_WORDS = ("cuda", "gpu", "triton", "nvidia", "device-side", "driver", "no vi
 
 
 def tiny_shape(wl: Workload) -> tuple[str, dict]:
-    """(kind, shape): the workload's benchmark or probe shape with the fewest elements."""
-    def size(shape: dict) -> int:
-        return math.prod(v for k, v in shape.items() if k not in (OFFSET_KEY, ALIAS_KEY) and isinstance(v, int))
-    return min(wl.all_shapes(), key=lambda ks: size(ks[1]))
+    """(kind, shape): the workload's benchmark or probe shape with the fewest elements among those
+    whose every size is at least 2 (a size of 1 hides a transposed or summed-over axis), else the
+    smallest of all."""
+    def dims(shape: dict) -> list[int]:
+        return [v for k, v in shape.items() if k not in (OFFSET_KEY, ALIAS_KEY) and isinstance(v, int)]
+    shapes = wl.all_shapes()
+    pool = [ks for ks in shapes if all(v >= 2 for v in dims(ks[1]))] or shapes
+    return min(pool, key=lambda ks: math.prod(dims(ks[1])))
 
 
 def check_contract(wl: Workload, shape: dict | None = None, seed: int = 1) -> dict:
@@ -29,7 +33,7 @@ def check_contract(wl: Workload, shape: dict | None = None, seed: int = 1) -> di
     why = "the given shape"
     if shape is None:
         kind, shape = tiny_shape(wl)
-        why = f"the smallest {kind} shape"
+        why = f"the smallest {kind} shape with every size >= 2"
     checks: list[dict] = []
 
     def row(function: str, result: str, detail: str) -> None:
