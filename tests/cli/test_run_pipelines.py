@@ -68,7 +68,9 @@ def test_bad_pipelines_name_the_key(tmp_path, text, needle):
 def test_apply_pipeline_loads_its_configuration():
     pl = load_pipeline(ROOT / "pipelines" / "apply_gelu.toml")
     assert pl.kind == "apply" and pl.run.workload == ROOT / "apply_workloads" / "gelu"
-    assert pl.run.config.materializers == ("rules", "sweep") and pl.run.config.budget_steps == 12
+    assert pl.run.config.materializers == ("rules", "sweep") and pl.run.config.budget_steps == 8
+    assert not pl.run.config.admission
+    assert pl.run.records == [ROOT / "benchmarks" / "results" / "apply_h200" / "apply_gelu_pipeline.jsonl.gz"]
     assert pl.run.gate == {"warmup": 5, "reps": 25, "trials": 3} and pl.run.out == ROOT / "out" / "apply_gelu"
 
 
