@@ -233,8 +233,8 @@ def test_skills_cli_show_and_export(shipped_skills, tmp_path):
         top = dict(l.split(": ", 1) for l in front.splitlines() if not l.startswith(" ") and ": " in l)
         assert top["name"] == f.name and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", f.name) and len(f.name) <= 64
         assert json.loads(top["description"]) and len(json.loads(top["description"])) <= 1024
-        text = body
-        assert "## Intent" in text and "## Effects" in text
+        assert "## When to use it" in body and "## What it gave" in body  # the rules: tests/report/test_skill_md.py
+        assert "## Intent" in (f / "references" / "card.md").read_text()
     jl = tmp_path / "skills.jsonl"
     r = runner.invoke(main, ["skills", "export", "--db", str(SHIPPED), "--format", "jsonl", "--out", str(jl)])
     assert r.exit_code == 0
