@@ -29,6 +29,12 @@ from klineage.workload import Workload
 MAX_TARGETS = 2
 MIN_NOISE = 0.01
 STATUSES = ("admitted", "not_faster", "failed", "no_target", "pending")
+# what each status says, as cards give it for their reason (the report's legend shows these)
+MEANING = {"admitted": "faster beyond noise on a held-out workload",
+           "not_faster": "passed on a held-out workload but not faster beyond noise",
+           "failed": "the rewrite failed the gate on every held-out workload tried",
+           "no_target": "no other workload has a kernel where the rewrite applies",
+           "pending": "no forward rewrite for this mechanism yet: a materializer (apply stage) will roundtrip it"}
 
 
 @dataclass
@@ -103,7 +109,7 @@ def admit_skill(card: dict, targets_by_workload: dict[str, list[Target]], gate: 
     m = registry().get(mech)
     if m is None or m.STRUCTURAL:
         return {"status": "pending", "trials": [], "risks": [],
-                "reason": "no forward rewrite for this mechanism yet: a materializer (apply stage) will roundtrip it"}
+                "reason": MEANING["pending"]}
     sources = {c["workload"] for c in card["effects"]["per_case"]}
     requires = sorted({r[1] for r in card.get("requires", [])})
     examples = [c for c in card["carrier"].get("example_configuration", []) if "version" not in c]
@@ -153,7 +159,4 @@ def admit_skill(card: dict, targets_by_workload: dict[str, list[Target]], gate: 
     else:
         status = "not_faster"
     return {"status": status, "trials": trials, "risks": risks,
-            "reason": {"admitted": "faster beyond noise on a held-out workload",
-                       "not_faster": "passed on a held-out workload but not faster beyond noise",
-                       "failed": "the rewrite failed the gate on every held-out workload tried",
-                       "no_target": "no other workload has a kernel where the rewrite applies"}[status]}
+            "reason": MEANING[status]}

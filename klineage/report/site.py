@@ -49,6 +49,13 @@ def _short(h: str | None, n: int = 12) -> str:
     return (h or "")[:n]
 
 
+def admission_legend() -> list[tuple[str, str]]:
+    """(status, what it means) for every admission status a card can carry, and not_run."""
+    from klineage.lineage.admit import MEANING, STATUSES
+    return [(st, MEANING[st]) for st in STATUSES] + [("not_run", "the mining run that made the card had no "
+                                                                 "admission pass")]
+
+
 class _Site:
     """One rendering: the jinja2 environment and the output folder; `page` writes every page."""
 
@@ -63,6 +70,7 @@ class _Site:
         self.env.filters["x"] = lambda x: "-" if x is None else f"{x:.3f}x"
         self.env.filters["pct"] = lambda x: "-" if x is None else f"{100 * x:.1f}%"
         self.env.filters["shape"] = lambda s: shape_key(s) if isinstance(s, dict) else str(s)
+        self.env.globals["admission_legend"] = admission_legend()
 
     def page(self, template: str, rel: str, **ctx) -> Path:
         """Render `template` to out_dir/rel; `root` is the relative way back to out_dir."""
@@ -177,7 +185,8 @@ def render_report(store, out_dir: Path, progress=None) -> dict:
                 path, walk["labels"], walk["series"],
                 f"{lin['workload_name']} / {lin['proposer']}: simplest -> expert"))
         out["lineages"].append(site.page("lineage.j2", f"lineage/{lin['lineage_id']}.html", lin=lin, walk=walk,
-                                         chart=chart, title=f"{lin['workload_name']} / {lin['proposer']}"))
+                                         chart=chart, tall=len(walk["labels"]) > charts.LONG_WALK,
+                                         title=f"{lin['workload_name']} / {lin['proposer']}"))
         page_done()
 
     rows = []
