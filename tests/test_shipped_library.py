@@ -9,6 +9,7 @@
 import gzip
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -77,13 +78,17 @@ def test_replayed_library_is_the_one_the_h200_run_stored(replayed):
     assert [(l["workload_name"], l["proposer"]) for l in mine["lineages"]] == \
         [(l["workload_name"], l["proposer"]) for l in device["lineages"]]
     assert mine["lineages"] == device["lineages"]
-    # the cards' measured configuration came after that run (it reads the kernel sources, measures
-    # nothing): everything else is what the H200 stored
-    assert [_before_measured_configuration(s) for s in mine["skills"]] == device["skills"]
+    # the cards' measured configuration and the carriers' rendering (`// ...` where code is left out)
+    # came after that run; both read the kernel sources and measure nothing: everything else is what
+    # the H200 stored
+    assert [_without_carrier_code(_before_measured_configuration(s)) for s in mine["skills"]] == \
+        [_without_carrier_code(s) for s in device["skills"]]
     assert all("measured_configuration" not in s["card"]["carrier"] for s in device["skills"])
 
 
 MEASURED_MD = re.compile(r"Measured at \(the tuning constants[^\n]*\n(?:- [^\n]*\n)*")
+CARRIER_MD = re.compile(r"Before \(simpler kernel\):\n```cuda\n.*?\n```\nAfter \(with the mechanism\):\n```cuda\n.*?\n```\n",
+                        flags=re.S)
 
 
 def _before_measured_configuration(skill: dict) -> dict:
@@ -92,6 +97,43 @@ def _before_measured_configuration(skill: dict) -> dict:
     out["card"]["carrier"].pop("measured_configuration", None)
     out["card_md"] = MEASURED_MD.sub("", out["card_md"])
     return out
+
+
+def _without_carrier_code(skill: dict) -> dict:
+    """A skill without its carrier's before/after code (text and card), which the lift renders from
+    the lineage's kernels (test_ladder_carriers_are_rendered_from_the_stored_kernels)."""
+    out = json.loads(json.dumps(skill))
+    out["card"]["carrier"].pop("before")
+    out["card"]["carrier"].pop("after")
+    out["card_md"], n = CARRIER_MD.subn("", out["card_md"])
+    assert n == 1, skill["name"]
+    return out
+
+
+def test_ladder_carriers_are_rendered_from_the_stored_kernels(tmp_path):
+    """Each ladder skill's carrier is the changed code of its first evidence step, with `// ...` where
+    code is left out (klineage.lineage.lift._changed_code), in the card and in its text."""
+    from klineage.lineage.lift import ELIDED, _changed_code
+    db = tmp_path / "lib.duckdb"
+    shutil.copy(SHIPPED, db)
+    dump = _dump(db)
+    steps = {t["transition_id"]: t for l in dump["lineages"] for t in l["transitions"]}
+    store = open_store(db)
+    try:
+        checked = 0
+        for s in dump["skills"]:
+            card = s["card"]
+            if not card["carrier"]["forward_rewrite"].startswith("ladder step"):
+                continue
+            t = steps[card["evidence"][0]]
+            simpler, richer = (store.get_kernel(t[k])["source"] for k in ("simpler_hash", "richer_hash"))
+            assert (card["carrier"]["before"], card["carrier"]["after"]) == _changed_code(simpler, richer), s["name"]
+            assert f"```cuda\n{card['carrier']['after']}\n```" in s["card_md"]
+            checked += 1
+    finally:
+        store.close()
+    assert checked >= 25
+    assert any(ELIDED in s["card"]["carrier"]["after"] for s in dump["skills"])
 
 
 def test_cards_carry_the_configuration_of_the_kernels_they_were_measured_in(shipped_skills):
