@@ -312,3 +312,21 @@ def test_every_shipped_workload_passes_its_contract_check(folder):
     from klineage.gate.contract import check_contract
     rep = check_contract(load_workload(folder))
     assert rep["ok"], rep["checks"]
+
+
+def test_gate_arch_in_apply_and_heldout_pipelines(tmp_path):
+    from klineage.gate.gate import gate_config_for
+    from klineage.pipelines import PipelineError, load_pipeline
+    d = tmp_path / "pipelines"
+    d.mkdir()
+    (tmp_path / "apply_workloads").symlink_to(ROOT / "apply_workloads")
+    p = d / "a.toml"
+    p.write_text('kind = "apply"\n[gate]\narch = "sm_80"\nreps = 25\n[apply]\nworkload = "apply_workloads/gelu"\n'
+                 'start = "apply_workloads/gelu/naive.cu"\n')
+    cfg = gate_config_for(load_pipeline(p).run.gate)
+    assert cfg.arch == "sm_80" and cfg.timing["reps"] == 25 and "arch" not in cfg.timing
+    p.write_text('kind = "heldout"\n[gate]\narch = "sm_80"\n')
+    with pytest.raises(PipelineError, match="unknown key gate.arch"):
+        load_pipeline(p)
+    r = run("run", ROOT / "pipelines" / "heldout.toml", "--arch", "sm_80", "--db", tmp_path / "h.duckdb")
+    assert r.exit_code == 2 and "sm_90a builds" in r.output
