@@ -456,16 +456,19 @@ def target_form(plan: Plan, mechanism: str, arch: str) -> Form | NotApplicable:
 
 
 def card_values(config: dict) -> dict:
-    """role -> value of a skill configuration: flat {NAME: int} pairs, or a card's measured configuration
-    ({"measured_configuration": [{"workload", "values": [{name, value, role, axis}]}]}, or one such
-    "values" list), the gemm workload's kernel first."""
+    """role -> value of a skill configuration: flat {NAME: int} pairs; or a card's carrier (or the card
+    itself) with its measured configuration ([{"workload", "values": [{name, value, role, axis}]}], the
+    gemm workload's kernel first) and example configuration ([{name, value}]); or one "values" list.
+    The first value found for a role wins, flat pairs first."""
     out: dict = {}
-    items: list[dict] = []
-    groups = config.get("measured_configuration") or ([{"values": config["values"]}] if "values" in config else [])
+    carrier = config.get("carrier") if isinstance(config.get("carrier"), dict) else config
+    items: list[dict] = [{"name": k, "value": v} for k, v in config.items() if type(v) is int]
+    groups = carrier.get("measured_configuration") or ([{"values": config["values"]}] if "values" in config else [])
     groups = sorted(groups, key=lambda g: g.get("workload") != "gemm") if isinstance(groups, list) else []
     for g in groups:
         items += [it for it in g.get("values") or [] if isinstance(it, dict)]
-    items += [{"name": k, "value": v} for k, v in config.items() if isinstance(v, int) and not isinstance(v, bool)]
+    examples = carrier.get("example_configuration")
+    items += [it for it in examples if isinstance(it, dict)] if isinstance(examples, list) else []
     for it in items:
         role = _role_of(str(it.get("name", "")))
         if role and isinstance(it.get("value"), int) and role not in out:
@@ -562,10 +565,10 @@ def _wgmma_variants() -> list[dict]:
 
 @lru_cache(maxsize=1)
 def _template() -> jinja2.Template:
-    # CUDA's asm operands ({%0, ...}) and braces clash with jinja's default delimiters
+    # CUDA's asm operand lists ({%0, ...}) clash with jinja's default block and comment delimiters
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                             block_start_string="<%", block_end_string="%>", variable_start_string="[[",
-                             variable_end_string="]]", comment_start_string="<#", comment_end_string="#>",
+                             block_start_string="<%", block_end_string="%>", comment_start_string="<#",
+                             comment_end_string="#>",
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
     return env.get_template("matmul.cu.j2")
 
