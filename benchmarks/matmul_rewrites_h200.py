@@ -292,8 +292,8 @@ def run(ns, child=None, env=None) -> int:
             for name in pending:
                 if name in done:
                     r = done[name]
-                    record["variants"][name] = {"status": "error" if "error" in r else "ok", "error": r.get("error", ""),
-                                                "results": r.get("results", {})}
+                    record["variants"][name] = {"status": "error" if "error" in r else "ok",
+                                                "error": r.get("error", ""), "results": r.get("results", {})}
             rest = [n for n in pending if n not in done]
             if rest and status != "ok":  # the child died or hung in the first variant it did not report
                 record["variants"][rest[0]] = {"status": status, "error": error}

@@ -68,7 +68,8 @@ def test_run_records_every_outcome(tmp_path):
     def child(args, ns):  # a hang in the second chain rung, then the rest in a fresh process
         calls.append(args)
         if args[0] == "vendors":
-            return {"vendors": {"mm_2048": {"torch": {"median_us": 50.0}, "vendor": {"error": "no flag_gems"}}}}, "ok", ""
+            vendors = {"mm_2048": {"torch": {"median_us": 50.0}, "vendor": {"error": "no flag_gems"}}}
+            return {"vendors": vendors}, "ok", ""
         if args[1:] == ["heldout_mm+wgmma"]:
             return {}, "crashed", "illegal memory access"
         if args[1] == "naive_mm+naive":

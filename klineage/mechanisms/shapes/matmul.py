@@ -54,7 +54,8 @@ DT = {
              "pair_f": "__floats2bfloat162_rn", "ptx": "bf16", "header": "cuda_bf16.h",
              "tma": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"},
     "f16": {"T": "__half", "T2": "__half2", "to_f": "__half2float", "from_f": "__float2half_rn",
-            "pair_f": "__floats2half2_rn", "ptx": "f16", "header": "cuda_fp16.h", "tma": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"},
+            "pair_f": "__floats2half2_rn", "ptx": "f16", "header": "cuda_fp16.h",
+            "tma": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"},
     "f32": {"T": "float", "T2": "float2", "to_f": "", "from_f": "", "pair_f": "make_float2", "ptx": "f32",
             "header": "", "tma": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"},
 }
@@ -132,6 +133,8 @@ class Form:
 
 @dataclass(frozen=True)
 class Plan:
+    """What the generator needs of a kernel file: element type, b's layout, the entry points, the
+    mechanism kinds present and the form they make, and the tuning constants by role."""
     dtype: str                  # bf16 | f16 | f32
     b_kmajor: bool
     entries: tuple[Entry, ...]
@@ -207,13 +210,18 @@ def entries(source: str) -> tuple[list[Entry], list[str]]:
     return found, why
 
 
-def _dtype_of(source: str, e: Entry) -> str:
+def _dtype_of(e: Entry) -> str:
     ps = {p[3]: p for p in _params(e.params)}
     return DTYPES[ps[e.out][1]]
 
 
-_KMUL = re.compile(r"\*\s*\(?\s*(?:\(\s*long long\s*\)|static_cast<long long>\()?\s*(?:\w+\.)?K\b|\b(?:\w+\.)?K\s*\)?\s*\*")
-_NMUL = re.compile(r"\*\s*\(?\s*(?:\(\s*long long\s*\)|static_cast<long long>\()?\s*(?:\w+\.)?N\b|\b(?:\w+\.)?N\s*\)?\s*\*")
+def _times(dim: str) -> re.Pattern:
+    """`* K` or `K *` (also `d.K`, `(long long)K`) in an index: a stride of K elements."""
+    cast = r"(?:\(\s*long long\s*\)|static_cast<long long>\()?"
+    return re.compile(rf"\*\s*\(?\s*{cast}\s*(?:\w+\.)?{dim}\b|\b(?:\w+\.)?{dim}\s*\)?\s*\*")
+
+
+_KMUL, _NMUL = _times("K"), _times("N")
 
 
 def _b_layout_from_source(source: str) -> bool | None:
@@ -244,9 +252,10 @@ def _b_layout_from_workload(workload, e: Entry) -> bool | None | str:
         return None
     shapes = sorted(list(workload.probe_shapes) + list(workload.benchmark_cases),
                     key=lambda s: sum(v for v in s.values() if isinstance(v, int)))
-    tried = [s for s in shapes if "K" in workload.scalars(s) and workload.scalars(s)["K"] != workload.scalars(s)["N"]]
-    if not tried and shapes and "K" in shapes[0]:
-        tried = [{**shapes[0], "K": shapes[0]["K"] + 8}]
+    scalars = [workload.scalars(s) for s in shapes]
+    tried = [s for s, sc in zip(shapes, scalars) if {e.N, e.K} <= set(sc) and sc[e.K] != sc[e.N]]
+    if not tried and shapes and e.K in shapes[0]:
+        tried = [{**shapes[0], e.K: shapes[0][e.K] + 8}]
     for shape in tried[:1]:
         sc = workload.scalars(shape)
         ins = workload.make_inputs(shape, 0)
@@ -328,10 +337,10 @@ def recognise_plan(source: str, workload=None) -> Plan | NotApplicable:
     from klineage.mechanisms import detect_all
     found, why = entries(source)
     if not found:
-        return NotApplicable("no extern \"C\" entry point of a matrix product" + (f" ({'; '.join(why)})" if why else ""))
+        return NotApplicable('no extern "C" entry point of a matrix product' + (f" ({'; '.join(why)})" if why else ""))
     if why:
         return NotApplicable(f"entry points that are not matrix products: {'; '.join(why)}")
-    dtypes = {_dtype_of(source, e) for e in found}
+    dtypes = {_dtype_of(e) for e in found}
     if len(dtypes) != 1:
         return NotApplicable("entry points of different element types")
     layout = None
@@ -355,16 +364,24 @@ def recognise_plan(source: str, workload=None) -> Plan | NotApplicable:
     return Plan(dtypes.pop(), layout, tuple(found), kinds, _form(kinds, source), names, values, prefix)
 
 
+def present(plan: Plan) -> list[str]:
+    """The rewriter's mechanisms the kernel has: the detected kinds, and shared-memory tiling (which no
+    detector sees) wherever the operands are staged in shared memory."""
+    have = set(plan.kinds) | ({"smem_tiling"} if plan.form.core != "naive" else set())
+    return sorted(have & set(MatmulRewriter.mechanisms))
+
+
 def plan_facts(plan: Plan) -> dict:
+    """The plan as Shape.facts: plain data (rebuilt by plan_of), with "mechanisms" as the audit reads it."""
     return {"operation": sorted({e.kind for e in plan.entries}), "dtype": plan.dtype,
             "b_layout": "[N, K] (K-major)" if plan.b_kmajor else "[K, N] (N-major)",
-            "entries": [asdict(e) for e in plan.entries], "mechanisms": sorted(plan.kinds),
+            "entries": [asdict(e) for e in plan.entries], "mechanisms": present(plan), "kinds": sorted(plan.kinds),
             "form": asdict(plan.form), "names": dict(plan.names), "values": dict(plan.values), "prefix": plan.prefix}
 
 
 def plan_of(facts: dict) -> Plan:
     return Plan(facts["dtype"], facts["b_layout"].startswith("[N, K]"), tuple(Entry(**e) for e in facts["entries"]),
-                frozenset(facts["mechanisms"]), Form(**facts["form"]), dict(facts["names"]), dict(facts["values"]),
+                frozenset(facts["kinds"]), Form(**facts["form"]), dict(facts["names"]), dict(facts["values"]),
                 facts["prefix"])
 
 
@@ -458,12 +475,13 @@ def target_form(plan: Plan, mechanism: str, arch: str) -> Form | NotApplicable:
 def card_values(config: dict) -> dict:
     """role -> value of a skill configuration: flat {NAME: int} pairs; or a card's carrier (or the card
     itself) with its measured configuration ([{"workload", "values": [{name, value, role, axis}]}], the
-    gemm workload's kernel first) and example configuration ([{name, value}]); or one "values" list.
-    The first value found for a role wins, flat pairs first."""
+    gemm workload's kernel first; under "measured" as admission passes it) and example configuration
+    ([{name, value}]); or one "values" list. The first value found for a role wins, flat pairs first."""
     out: dict = {}
     carrier = config.get("carrier") if isinstance(config.get("carrier"), dict) else config
     items: list[dict] = [{"name": k, "value": v} for k, v in config.items() if type(v) is int]
-    groups = carrier.get("measured_configuration") or ([{"values": config["values"]}] if "values" in config else [])
+    groups = (carrier.get("measured_configuration") or carrier.get("measured")
+              or ([{"values": config["values"]}] if "values" in config else []))
     groups = sorted(groups, key=lambda g: g.get("workload") != "gemm") if isinstance(groups, list) else []
     for g in groups:
         items += [it for it in g.get("values") or [] if isinstance(it, dict)]
@@ -603,7 +621,8 @@ def _header(plan: Plan, form: Form, v: dict, names: dict) -> list[str]:
     if form.swizzle:
         lines.append("  * the 128-byte XOR swizzle of the shared tiles (chunk c of row r at c ^ (r % 8));")
     if form.copy == "cp_async":
-        lines.append("  * k-tiles copied with cp.async into a ring of STAGES shared-memory stages, one barrier per k-tile;")
+        lines.append("  * k-tiles copied with cp.async into a ring of STAGES shared-memory stages, one barrier per "
+                     "k-tile;")
     if form.copy == "tma":
         lines.append("  * k-tiles loaded by the TMA (3D tensor maps, 128-byte swizzle by the copy engine) into a ring "
                      "of STAGES stages completing on mbarriers with transaction counts;")
@@ -648,13 +667,7 @@ def emit(plan: Plan, form: Form, values: dict) -> str:
         "header": _header(plan, form, values, names), "dt": DT[plan.dtype], "b_kmajor": plan.b_kmajor,
         "core": form.core, "copy": form.copy, "swizzle": form.swizzle, "ws": form.ws, "restrict": form.restrict,
         "lb": form.lb, "unroll": form.unroll, "vec": form.vec, "fallback": fallback, "tunables": tunables,
-        "t_group": names["group_m"], "t_bm": names.get("bm", ""), "t_bn": names.get("bn", ""),
-        "t_warps_m": names.get("warps_m", ""), "t_warps_n": names.get("warps_n", ""),
-        "t_stages": names.get("stages", ""),
-        "n_bm": names.get("bm", ""), "n_bn": names.get("bn", ""), "n_warps_m": names.get("warps_m", ""),
-        "n_warps_n": names.get("warps_n", ""), "n_stages": names.get("stages", ""),
-        "smem_tile": names.get("tile", ""),
-        "regtile": {k: names.get(k, "") for k in ("bm", "bn", "bk", "tm", "tn")},
+        "nm": {r: names.get(r, "") for r in ROLE_INFO},
         "wgmma_variants": _wgmma_variants(),
         "entries": [{"name": e.name, "params": e.params, "call": _call(e),
                      "comment": [f"{e.name}: {_OPS[e.kind]}" + (" (b^T)" if plan.b_kmajor else "")]}
@@ -692,22 +705,43 @@ def _kernel_text(source: str, name: str) -> str:
     return source[start:]
 
 
+# The rules families a ladder step takes between structural ones (the gemm ladder's order): their own
+# forward rewrites, not this generator's.
+RULES_STEPS = ("unroll", "launch_bounds")
+
+
 @register
 class MatmulRewriter(ShapeRewriter):
     name = "matmul"
     mechanisms = ("smem_tiling", "register_tiling", "tensor_core_mma", "smem_swizzle", "async_copy", "wgmma", "tma",
                   "warp_specialization")
+    # from a naive kernel to the H200 expert's form; tensor_core_mma needs unrolled fragment loops and the
+    # warp-specialized register split needs launch bounds, which the rules families add
+    ladder = ("smem_tiling", "register_tiling", "unroll", "tensor_core_mma", "smem_swizzle", "async_copy", "wgmma",
+              "tma", "launch_bounds", "warp_specialization")
 
     def recognise(self, source: str, workload=None) -> Shape | NotApplicable:
-        plan = recognise_plan(source, workload)
-        if isinstance(plan, NotApplicable):
-            return plan
-        return Shape(self.name, _main_kernel(source), plan_facts(plan))
+        try:
+            plan = recognise_plan(source, workload)
+            if isinstance(plan, NotApplicable):
+                return plan
+            return Shape(self.name, _main_kernel(source), plan_facts(plan))
+        except Exception as exc:  # a kernel this reader trips on is not one it recognises
+            return NotApplicable(f"the matmul reader failed on this kernel ({type(exc).__name__}: {exc})")
 
-    def rewrite(self, source: str, shape: Shape, mechanism: str, config: dict, workload=None) -> Applied | NotApplicable:
+    def rewrite(self, source: str, shape: Shape, mechanism: str, config: dict,
+                workload=None) -> Applied | NotApplicable:
+        try:
+            return self._rewrite(source, shape, mechanism, config, workload)
+        except Exception as exc:  # never raises: a plan the generator trips on is a reason, not a crash
+            return NotApplicable(f"the matmul generator failed ({type(exc).__name__}: {exc})")
+
+    def _rewrite(self, source: str, shape: Shape, mechanism: str, config: dict, workload) -> Applied | NotApplicable:
         from klineage.gate.compile import DEFAULT_ARCH
         from klineage.lineage.audit import audit_version
-        from klineage.mechanisms import detect_all, registry
+        from klineage.mechanisms import Kernel, detect_all, registry
+        if mechanism in RULES_STEPS:  # a ladder step of a rules family (see `ladder`)
+            return registry()[mechanism].reoptimize(Kernel(source), None, None)
         plan = plan_of(shape.facts)
         arch = str(config.get("arch") or DEFAULT_ARCH)
         form = target_form(plan, mechanism, arch)
@@ -719,6 +753,14 @@ class MatmulRewriter(ShapeRewriter):
         audit = audit_version(detect_all(new), detect_all(source), mechanism, known)
         if not audit["ok"]:
             return NotApplicable(f"the written kernel fails the audit: {audit['reason']}")
+        # and as this rewriter reads it (shared-memory tiling, which no detector sees): exactly `mechanism` added
+        again = recognise_plan(new, workload)
+        if isinstance(again, NotApplicable):
+            return NotApplicable(f"the written kernel is not read back as a matrix product: {again.reason}")
+        was, now = set(present(plan)), set(present(again))
+        if was - now or now - was != {mechanism}:
+            return NotApplicable(f"the written kernel reads as {sorted(now)} against {sorted(was)} before "
+                                 f"(expected {mechanism} added)")
         kernel = f"matmul_{form.core}_kernel"
         names = {r: n for r, n in zip(values, [t for t in _tunable_names(new, values)])}
         return Applied(new, mechanism, f"{kernel}:{mechanism}", before=_kernel_text(source, shape.kernel),

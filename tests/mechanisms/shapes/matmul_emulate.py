@@ -219,7 +219,8 @@ def block_product(A: np.ndarray, B: np.ndarray, *, core: str, copy: str, b_kmajo
             else:
                 store_rows(smem, sb, b, lambda r, c: panel_offset(r, c, swizzle))
         if core == "mma":
-            b_off = (lambda r, c: chunk_offset(r, c, swizzle)) if b_kmajor else (lambda r, c: panel_offset(r, c, swizzle))
+            layout = chunk_offset if b_kmajor else panel_offset
+            b_off = lambda r, c: layout(r, c, swizzle)  # noqa: E731
             mma_block(smem, stage, sb, bm=bm, bn=bn, warps_m=warps_m, warps_n=warps_n, b_kmajor=b_kmajor,
                       a_off=lambda r, c: chunk_offset(r, c, swizzle), b_off=b_off, out=out)
         else:

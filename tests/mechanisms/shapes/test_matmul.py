@@ -25,7 +25,8 @@ GEMM_CARD = {"measured_configuration": [  # the wgmma card's shape: other worklo
         {"name": "CONV_STAGES", "role": "stages", "value": 3}, {"axis": "N", "name": "CONV_BN", "role": "tile",
                                                                 "value": 128}]},
     {"kernel": "5ade04dcbcaa", "workload": "gemm", "values": [
-        {"name": "GEMM_STAGES", "role": "stages", "value": 4}, {"axis": "M", "name": "GEMM_BM", "role": "tile", "value": 128},
+        {"name": "GEMM_STAGES", "role": "stages", "value": 4},
+        {"axis": "M", "name": "GEMM_BM", "role": "tile", "value": 128},
         {"axis": "N", "name": "GEMM_BN", "role": "tile", "value": 256}, {"axis": "K", "name": "GEMM_BK", "role": "tile",
                                                                          "value": 64}]}]}
 
@@ -110,6 +111,12 @@ def test_rewrite_adds_exactly_its_mechanism(rewrites, case):
         assert mechanism in audit["added_forward"]
     else:  # smem_tiling: a structural step no detector sees
         assert audit["added_forward"] == []
+    # and as the rewriter reads the kernel (facts["mechanisms"], with smem_tiling no detector sees)
+    start = case.split(":")[1].split("+")[0]
+    rw = next(r for r in rewriters() if r.name == "matmul")
+    was = set(rw.recognise(before, _workload(start)).facts["mechanisms"])
+    now = set(rw.recognise(res.source, _workload(start)).facts["mechanisms"])
+    assert now - was == {mechanism} and not was - now
     # compiled for sm_90a, no spills, no local-memory arrays
     assert build.ok, build.log[-3000:]
     assert not build.spills and all(r.stack_bytes == 0 for r in build.resources), build.resources
@@ -146,6 +153,22 @@ def test_rewrite_is_recognised_again_at_its_form(rewrites, case):
         assert isinstance(got, mm.Form) or "apply" in got.reason
 
 
+@pytest.mark.parametrize("start", ["naive_mm", "naive_grouped", "ladder_naive", "linear_f16"])
+def test_ladder_walks_from_a_naive_kernel_to_the_experts_form(start):
+    """The rewriter's ladder, one step at a time as admission walks it (rules steps included), reaches the
+    warp-specialized TMA + wgmma form from each naive kernel."""
+    rw = next(r for r in rewriters() if r.name == "matmul")
+    wl = _workload(start)
+    src = STARTS[start][0].read_text()
+    for mech in rw.ladder:
+        shape = rw.recognise(src, wl)
+        assert not isinstance(shape, NotApplicable), shape.reason
+        res = rw.rewrite(src, shape, mech, {}, wl)
+        assert isinstance(res, Applied), f"{mech}: {res.reason}"
+        src = res.source
+    assert set(rw.recognise(src, wl).facts["mechanisms"]) == set(mm.MatmulRewriter.mechanisms)
+
+
 def test_wgmma_takes_the_gemm_cards_configuration(rewrites):
     _, res, _ = rewrites["wgmma:heldout_mm+0"]
     # the held-out kernel's names, the gemm expert's measured values (the conv2d kernel's come second)
@@ -163,7 +186,8 @@ def test_fp16_linear_keeps_its_bias_and_layout(rewrites):
 def test_grouped_rewrite_keeps_its_offsets(rewrites):
     _, res, _ = rewrites["warp_specialization:heldout_grouped+tma+wgmma"]
     assert "launch_matmul(a, b, nullptr, offs, out, 1, groups, M, N, K, stream)" in res.source
-    assert "setmaxnreg.dec.sync.aligned.u32 40" in res.source and "depth_b = offs != nullptr ? groups : batch" in res.source
+    assert "setmaxnreg.dec.sync.aligned.u32 40" in res.source
+    assert "depth_b = offs != nullptr ? groups : batch" in res.source
 
 
 # ---- where a rewrite does not apply, and why ----------------------------------------------------------------
@@ -180,6 +204,11 @@ def test_not_a_matrix_product():
     lda = STARTS["ladder_naive"][0].read_text().replace("int M, int N,\n                            int K,",
                                                         "int M, int N, int K, int lda,")
     assert "integer parameters this rewriter does not read (lda)" in _na("smem_tiling", lda)
+
+
+def test_never_raises():
+    assert "no extern" in _na("wgmma", "this is not CUDA {{{")
+    assert "no extern" in _na("tma", "")
 
 
 def test_layout_needs_the_workload_when_no_kernel_indexes_b():
@@ -232,6 +261,8 @@ def test_warp_specialization_needs_launch_bounds():
 
 def test_card_values_prefer_flat_pairs_then_the_gemm_kernel():
     assert mm.card_values(GEMM_CARD) == {"stages": 4, "bm": 128, "bn": 256, "bk": 64}
+    # as admission passes a card (klineage.lineage.admit.shape_config: its anchor and measured configurations)
+    assert mm.card_values({"anchor": "", "measured": GEMM_CARD["measured_configuration"]})["bn"] == 256
     assert mm.card_values({"GEMM_BLOCK_N": 64, **GEMM_CARD})["bn"] == 64
     assert mm.card_values({"carrier": GEMM_CARD})["bn"] == 256
     assert mm.card_values({}) == {}
