@@ -45,9 +45,7 @@ HELDOUT = ROOT / "heldout"
 FIXTURES = ROOT / "tests" / "mechanisms" / "shapes" / "kernels"
 MM_INSTANCES = ("mm_2048", "mm_4096", "mm_8192", "addmm_4096", "bmm_16x2048", "bmm_32x1024")
 GROUPED_INSTANCES = ("grouped_mm_g4", "grouped_mm_g8")
-# (variant prefix, start kernel, workload that recognises it, instances it is gated on, steps)
-CHAIN = ("smem_tiling", "register_tiling", "unroll", "tensor_core_mma", "smem_swizzle", "async_copy", "wgmma", "tma",
-         "launch_bounds", "warp_specialization")
+# (variant prefix, start kernel, workload that recognises it, instances it is gated on)
 SPEED = [
     ("heldout_mm", HELDOUT / "kernels/gemm_mm.cu", HELDOUT / "mm_4096", MM_INSTANCES),
     ("heldout_grouped", HELDOUT / "kernels/gemm_grouped.cu", HELDOUT / "grouped_mm_g4", GROUPED_INSTANCES),
@@ -81,31 +79,31 @@ def skill_configs(db: Path) -> dict:
 
 
 def variants() -> list[dict]:
-    """Every variant to build: name, start, workload folder, instances, steps, and whether it is timed."""
+    """Every variant to build: name, start, workload folder, instances, steps, and whether it is timed.
+    The correctness chains walk the rewriter's ladder (klineage.mechanisms.shapes.matmul)."""
+    from klineage.mechanisms.shapes.matmul import RULES_STEPS, MatmulRewriter
+    chain = MatmulRewriter.ladder
     out = []
     for prefix, start, wl, instances in SPEED:
         for steps in SPEED_STEPS:
             out.append({"name": "+".join((prefix,) + steps) if steps else f"{prefix}+idiom", "start": start,
                         "workload": wl, "instances": list(instances), "steps": list(steps), "speed": True})
     for prefix, start, wl, instances in CORRECTNESS:
-        for i in range(len(CHAIN) + 1):
-            if i and CHAIN[i - 1] in ("unroll", "launch_bounds"):
+        for i in range(len(chain) + 1):
+            if i and chain[i - 1] in RULES_STEPS:
                 continue  # the rules steps are gated with the structural step after them
-            out.append({"name": "+".join((prefix,) + CHAIN[:i]) if i else f"{prefix}+naive", "start": start,
-                        "workload": wl, "instances": list(instances), "steps": list(CHAIN[:i]), "speed": False})
+            out.append({"name": "+".join((prefix,) + chain[:i]) if i else f"{prefix}+naive", "start": start,
+                        "workload": wl, "instances": list(instances), "steps": list(chain[:i]), "speed": False})
     return out
 
 
 def rewrite(src: str, step: str, config: dict, workload):
-    """(new source, audit or None) after one step: the matmul rewriter, or a rules family's forward rewrite."""
-    from klineage.mechanisms import Kernel, registry
-    from klineage.mechanisms.base import Applied
-    from klineage.mechanisms.shapes import structural_rewrite
-    from klineage.mechanisms.shapes.matmul import MatmulRewriter
-    if step in MatmulRewriter.mechanisms:
-        res = structural_rewrite(step, src, config, workload)
-    else:
-        res = registry()[step].reoptimize(Kernel(src), None, None)
+    """(new source, the rewrite's config) after one step of the matmul rewriter's ladder."""
+    from klineage.mechanisms.base import Applied, NotApplicable
+    from klineage.mechanisms.shapes import rewriters
+    rw = next(r for r in rewriters() if r.name == "matmul")
+    shape = rw.recognise(src, workload)
+    res = shape if isinstance(shape, NotApplicable) else rw.rewrite(src, shape, step, config, workload)
     if not isinstance(res, Applied):
         raise SystemExit(f"{step}: {res.reason}")
     return res.source, res.config

@@ -42,8 +42,7 @@ STARTS = {
 }
 # chains of steps from a start: structural steps through the rewriter, the others ("unroll",
 # "launch_bounds") through their rules family's forward rewrite, as the apply loop would interleave them
-CHAIN = ("smem_tiling", "register_tiling", "unroll", "tensor_core_mma", "smem_swizzle", "async_copy", "wgmma",
-         "tma", "launch_bounds", "warp_specialization")
+CHAIN = mm.MatmulRewriter.ladder
 CASES = {  # mechanism -> (start, steps applied before it)
     "smem_tiling": [("ladder_naive", ()), ("naive_mm", ()), ("naive_grouped", ()), ("linear_f16", ())],
     "register_tiling": [("ladder_01_smem_tiling", ()), ("naive_mm", CHAIN[:1]), ("naive_grouped", CHAIN[:1]),
@@ -70,7 +69,7 @@ def _workload(start):
 def _step(src: str, mechanism: str, workload) -> str:
     if mechanism in mm.MatmulRewriter.mechanisms:
         res = structural_rewrite(mechanism, src, GEMM_CARD, workload)
-    else:
+    else:  # a rules step of the ladder: its family's forward rewrite
         res = registry()[mechanism].reoptimize(Kernel(src), None, None)
     assert isinstance(res, Applied), f"{mechanism}: {res.reason}"
     return res.source
