@@ -208,6 +208,8 @@ def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_p
                 wl = load_workload(workload_dir or find_workload_for(k))
                 res = gate.evaluate_file(k, wl, replay=replay, remeasure=remeasure)
             except KLineageError as exc:  # reported with what was done before it; the next kernel goes on
+                if not as_json and getattr(exc, "exit_code", None) == ExitCode.BAD_INPUT:
+                    raise  # bad input is one line that names the fix
                 row = {"kernel": str(k), "status": None, "error": str(exc), "error_kind": type(exc).__name__,
                        **getattr(exc, "partial", {})}
                 if getattr(exc, "differs", None):
@@ -826,7 +828,7 @@ class _HeldoutProgress:
             st = kw["step"]["status"]
             self.counts[st] = self.counts.get(st, 0) + 1
             self.p.update("heldout", description=f"heldout {kw['instance']} {kw['condition']}",
-                          note=f"steps {self.steps} · {_counts(self.counts)}")
+                          note=f"steps {self.steps} · {_counts(self.counts)}", say=True)
         else:
             r = kw["row"]
             self.p.update("heldout", advance=1, description=f"heldout {r['instance']} {r['condition']}: {r['status']}")

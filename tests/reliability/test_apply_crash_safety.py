@@ -103,7 +103,7 @@ def _cmd(db: Path) -> list[str]:
 
 def _run_until(cmd: list[str], env: dict, after_steps: int | None, delay_s: float) -> bool:
     """Run `cmd` and SIGKILL it `delay_s` after its `after_steps`-th progress update (one per step
-    stored: the status line on stderr), or `delay_s` after the start when `after_steps` is None.
+    stored: a progress line on stderr), or `delay_s` after the start when `after_steps` is None.
     True when it was killed, False when it ended first."""
     p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     fd = p.stderr.fileno()
@@ -120,7 +120,7 @@ def _run_until(cmd: list[str], env: dict, after_steps: int | None, delay_s: floa
             if not chunk:  # ended before the kill point
                 p.wait(timeout=60)
                 return False
-            seen += chunk.count(b"\r")
+            seen += chunk.count(b"\n")
         if after_steps is not None:
             time.sleep(delay_s)
         if p.poll() is not None:
