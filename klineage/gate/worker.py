@@ -158,13 +158,17 @@ class Device:
         if self.cudart is not None:
             self.cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, ctypes.c_size_t(value))
 
+    def _runtime(self, name: str):
+        """A CUDA runtime function by name, None when the library (or that symbol) is not there."""
+        return getattr(self.cudart, name, None) if self.cudart is not None else None
+
     def _stream_window_bytes(self) -> int | None:
         """num_bytes of the access policy window on the harness stream (0: none), None if unreadable."""
-        if self.cudart is None:
+        get = self._runtime("cudaStreamGetAttribute")
+        if get is None:
             return None
         buf = ctypes.create_string_buffer(_STREAM_ATTR_BYTES)
-        rc = self.cudart.cudaStreamGetAttribute(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),
-                                                CUDA_STREAM_ATTR_ACCESS_POLICY_WINDOW, buf)
+        rc = get(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), CUDA_STREAM_ATTR_ACCESS_POLICY_WINDOW, buf)
         if rc != 0:
             self.cudart.cudaGetLastError()  # an unsupported query is no candidate's error
             return None
@@ -180,9 +184,10 @@ class Device:
         if self.cudart is None:
             return
         self._set_persisting_l2_limit(self.settings_baseline["persisting_l2_limit"] or 0)
-        self.cudart.cudaStreamSetAttribute(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),
-                                           CUDA_STREAM_ATTR_ACCESS_POLICY_WINDOW,
-                                           ctypes.create_string_buffer(_STREAM_ATTR_BYTES))  # num_bytes 0: no window
+        put = self._runtime("cudaStreamSetAttribute")
+        if put is not None:
+            put(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), CUDA_STREAM_ATTR_ACCESS_POLICY_WINDOW,
+                ctypes.create_string_buffer(_STREAM_ATTR_BYTES))  # num_bytes 0: no window
         self.cudart.cudaCtxResetPersistingL2Cache()
         self.cudart.cudaGetLastError()
 
