@@ -8,6 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+STALL_S = 120.0  # waiting for the n-th update, a run silent this long is killed where it is
+
 
 def run_until(cmd: list[str], env: dict, cwd: Path, after_updates: int | None, delay_s: float) -> bool:
     """Run `cmd` and SIGKILL it `delay_s` after its `after_updates`-th progress update (the status
@@ -18,12 +20,14 @@ def run_until(cmd: list[str], env: dict, cwd: Path, after_updates: int | None, d
     t0, seen = time.monotonic(), 0
     try:
         while after_updates is None or seen < after_updates:
-            left = delay_s - (time.monotonic() - t0) if after_updates is None else 60.0
+            left = delay_s - (time.monotonic() - t0) if after_updates is None else STALL_S
             if left <= 0:
                 break
             ready, _, _ = select.select([fd], [], [], left)
             if not ready:
-                continue
+                if after_updates is None:
+                    continue
+                break  # no update for STALL_S: killed where it stalled
             chunk = os.read(fd, 4096)
             if not chunk:  # ended before the kill point
                 p.wait(timeout=60)
