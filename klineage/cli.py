@@ -23,7 +23,9 @@ def json_option(fn):
 @dataclasses.dataclass(frozen=True)
 class DbTarget:
     """The --db value with how its command opens it: "read" (it must exist; opened read-only, no
-    migration), "extend" (it must exist; written) or "create" (created with its folders if missing)."""
+    migration), "extend" (it must exist; written), "create" (created with its folders if missing) or
+    "rebuild" (as create; mine and run, the commands that build a library, the only ones that may
+    write the shipped one)."""
     path: Path | None  # None: the default, $KLINEAGE_DB or ./klineage.duckdb
     mode: str
 
@@ -34,6 +36,7 @@ _DB_HELP = {
               "(default $KLINEAGE_DB or ./klineage.duckdb).",
     "create": "DuckDB file, created with its folders when missing (default $KLINEAGE_DB or ./klineage.duckdb).",
 }
+_DB_HELP["rebuild"] = _DB_HELP["create"]
 
 
 def db_option(fn=None, *, mode: str = "read"):
@@ -91,8 +94,11 @@ def _open_store(db: DbTarget):
     from klineage.errors import StoreError
     from klineage.store import MissingDatabaseError, open_store
     path = db.path or settings.default_db()
+    if db.mode in ("extend", "create") and path.resolve() == settings.shipped_library().resolve():
+        raise StoreError(f"{path} is the shipped library, which only mine and run (rebuilding it) write: copy it "
+                         f"(cp {path} lib.duckdb) and pass --db lib.duckdb")
     try:
-        return open_store(path, read_only=db.mode == "read", create=db.mode == "create")
+        return open_store(path, read_only=db.mode == "read", create=db.mode in ("create", "rebuild"))
     except MissingDatabaseError:
         where = "" if db.path else " (the default: $KLINEAGE_DB or ./klineage.duckdb)"
         fix = ("; klineage mine, run, gate and evals import create one" if db.mode == "read"
@@ -302,7 +308,7 @@ class _Progress:
 
 @main.command("mine")
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
-@db_option(mode="create")
+@db_option(mode="rebuild")
 @click.option("--proposer", type=click.Choice(["rules", "versions", "llm"]), default="rules", show_default=True,
               help="How backward steps are proposed.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -504,7 +510,7 @@ def _execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, g
         import_recorded(store)
     if not store.skills():
         raise click.ClickException(f"no skills in {store.path}: mine first (klineage mine --config pipelines/mine.toml) "
-                                   "or pass --db skills_db/skills.duckdb")
+                                   "or pass --db with a copy of skills_db/skills.duckdb")
     gate = Gate(store, gate_config)
     progress = _ApplyProgress(quiet, f"apply {wl.name}")
     try:
@@ -516,7 +522,7 @@ def _execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, g
 
 @main.command("run")
 @click.argument("pipeline", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@db_option(mode="create")
+@db_option(mode="rebuild")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
 @json_option

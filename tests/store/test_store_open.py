@@ -111,3 +111,16 @@ def test_reading_commands_open_the_shipped_library_read_only():
     r = CliRunner().invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output) and _digest(SHIPPED) == before
+
+
+@pytest.mark.parametrize("args", [["evals", "import", "{empty}"],
+                                  ["apply", "--workload", "{gelu}", "--start", "{gelu}/naive.cu", "--replay"],
+                                  ["gate", "{gelu}/naive.cu", "--replay"]])
+def test_commands_other_than_the_rebuild_do_not_write_the_shipped_library(tmp_path, args):
+    empty = tmp_path / "none.jsonl"
+    empty.write_text("")
+    gelu = ROOT / "apply_workloads" / "gelu"
+    before = _digest(SHIPPED)
+    r = CliRunner().invoke(main, [a.format(empty=empty, gelu=gelu) for a in args] + ["--db", str(SHIPPED)])
+    assert r.exit_code == 2 and "is the shipped library" in r.output and "cp " in r.output, r.output
+    assert _digest(SHIPPED) == before
