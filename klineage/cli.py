@@ -20,9 +20,32 @@ def json_option(fn):
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(fn)
 
 
-def db_option(fn):
-    return click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                        help="DuckDB file (default $KLINEAGE_DB or ./klineage.duckdb).")(fn)
+@dataclasses.dataclass(frozen=True)
+class DbTarget:
+    """The --db value with how its command opens it: "read" (it must exist; opened read-only, no
+    migration), "extend" (it must exist; written), "create" (created with its folders if missing) or
+    "rebuild" (as create; mine and run, the commands that build a library, the only ones that may
+    write the shipped one)."""
+    path: Path | None  # None: the default, $KLINEAGE_DB or ./klineage.duckdb
+    mode: str
+
+
+_DB_HELP = {
+    "read": "An existing DuckDB file, opened read-only (default $KLINEAGE_DB or ./klineage.duckdb).",
+    "extend": "An existing DuckDB file holding a skill library, e.g. a copy of skills_db/skills.duckdb "
+              "(default $KLINEAGE_DB or ./klineage.duckdb).",
+    "create": "DuckDB file, created with its folders when missing (default $KLINEAGE_DB or ./klineage.duckdb).",
+}
+_DB_HELP["rebuild"] = _DB_HELP["create"]
+
+
+def db_option(fn=None, *, mode: str = "read"):
+    """The shared --db option; `@db_option` for commands that read, `@db_option(mode=...)` for those
+    that write ("create" or "extend"). The command receives a DbTarget for _open_store."""
+    def deco(f):
+        return click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                            callback=lambda _ctx, _param, value: DbTarget(value, mode), help=_DB_HELP[mode])(f)
+    return deco(fn) if fn is not None else deco
 
 
 def library_errors(fn):
@@ -65,9 +88,23 @@ class _Main(click.Group):
                                        "(run again with --debug for the traceback, and report it)") from exc
 
 
-def _open_store(db_path: Path | None):
-    from klineage.store import open_store
-    return open_store(db_path or settings.default_db())
+def _open_store(db: DbTarget):
+    """The command's database, opened as its --db option says; a missing one is created only by a
+    command that writes ("create"), else one line naming the fix (exit 2) and nothing is made."""
+    from klineage.errors import StoreError
+    from klineage.store import MissingDatabaseError, open_store
+    path = db.path or settings.default_db()
+    if db.mode in ("extend", "create") and path.resolve() == settings.shipped_library().resolve():
+        raise StoreError(f"{path} is the shipped library, which only mine and run (rebuilding it) write: copy it "
+                         f"(cp {path} lib.duckdb) and pass --db lib.duckdb")
+    try:
+        return open_store(path, read_only=db.mode == "read", create=db.mode in ("create", "rebuild"))
+    except MissingDatabaseError:
+        where = "" if db.path else " (the default: $KLINEAGE_DB or ./klineage.duckdb)"
+        fix = ("; klineage mine, run, gate and evals import create one" if db.mode == "read"
+               else " (a copy of it: this command writes to it)")
+        raise StoreError(f"no database at {path}{where}: pass --db with an existing one, e.g. "
+                         f"--db skills_db/skills.duckdb for the shipped library{fix}") from None
 
 
 def toolchain_facts() -> dict:
@@ -130,7 +167,7 @@ def toolchain(as_json):
 @click.argument("kernels", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--workload", "workload_dir", type=click.Path(exists=True, path_type=Path), default=None,
               help="Workload folder (default: the nearest folder above the kernel holding workload.py).")
-@db_option
+@db_option(mode="create")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @click.option("--remeasure", is_flag=True, help="Measure again even if an identical evaluation is stored.")
 @click.option("--shapes", type=click.Choice(["all", "benchmark"]), default="all",
@@ -212,7 +249,7 @@ def evals_list(db_path, status, as_json):
 
 @evals_group.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@db_option
+@db_option(mode="create")
 @library_errors
 def evals_import(files, db_path):
     """Import evaluation records (JSON Lines) into the database."""
@@ -271,7 +308,7 @@ class _Progress:
 
 @main.command("mine")
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
-@db_option
+@db_option(mode="rebuild")
 @click.option("--proposer", type=click.Choice(["rules", "versions", "llm"]), default="rules", show_default=True,
               help="How backward steps are proposed.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -366,7 +403,7 @@ def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None
               help="Workload folder of the new kernel (its workload.py).")
 @click.option("--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="The starting kernel (.cu) to make faster.")
-@db_option
+@db_option(mode="extend")
 @click.option("--materializer", "materializers", multiple=True, type=click.Choice(["rules", "sweep", "llm"]),
               help="Backends to use, in order (repeat the option; default: rules and sweep).")
 @click.option("--budget-steps", type=int, default=16, show_default=True, help="Gate evaluations of candidates at most.")
@@ -473,7 +510,7 @@ def _execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, g
         import_recorded(store)
     if not store.skills():
         raise click.ClickException(f"no skills in {store.path}: mine first (klineage mine --config pipelines/mine.toml) "
-                                   "or pass --db skills_db/skills.duckdb")
+                                   "or pass --db with a copy of skills_db/skills.duckdb")
     gate = Gate(store, gate_config)
     progress = _ApplyProgress(quiet, f"apply {wl.name}")
     try:
@@ -485,7 +522,7 @@ def _execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, g
 
 @main.command("run")
 @click.argument("pipeline", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@db_option
+@db_option(mode="rebuild")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
 @json_option
@@ -625,7 +662,7 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
 
 @main.command("heldout")
 @click.argument("root", required=False, type=click.Path(file_okay=False, path_type=Path))
-@db_option
+@db_option(mode="create")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="A held-out pipeline (pipelines/heldout.toml): its [heldout] and [gate] tables; options given "
                    "here override it.")
@@ -832,7 +869,7 @@ def baseline_group():
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Take the timing settings from a run configuration's [gate] table (e.g. pipelines/mine.toml).")
-@db_option
+@db_option(mode="create")
 @json_option
 @library_errors
 def baseline_run(method, workload_dir, start_path, budget_usd, max_iters, budget_s, model, base_url, seed, dry_run,

@@ -14,8 +14,9 @@ from klineage.workload import load_workload
 
 from .test_walk import ScriptedGate
 
-ROW_SUM = Path("expert_kernels/row_sum")
-SWIGLU = Path("expert_kernels/swiglu")
+ROOT = Path(__file__).resolve().parents[2]
+ROW_SUM = ROOT / "expert_kernels" / "row_sum"
+SWIGLU = ROOT / "expert_kernels" / "swiglu"
 
 
 @pytest.fixture(scope="module")
@@ -179,12 +180,12 @@ def test_mine_with_the_analysis_pass_end_to_end(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- stress.py value probes, in-place calls
 
-CUMSUM = Path("expert_kernels/cumsum")
-CROSS_ENTROPY = Path("expert_kernels/cross_entropy")
+CUMSUM = ROOT / "expert_kernels" / "cumsum"
+CROSS_ENTROPY = ROOT / "expert_kernels" / "cross_entropy"
 
 
 def test_every_probe_kind_has_its_precondition_text():
-    for wl in (ROW_SUM, SWIGLU, CUMSUM, CROSS_ENTROPY, Path("expert_kernels/topk"), Path("expert_kernels/transpose")):
+    for wl in (ROW_SUM, SWIGLU, CUMSUM, CROSS_ENTROPY, ROOT / "expert_kernels" / "topk", ROOT / "expert_kernels" / "transpose"):
         for p in probe.probe_set(load_workload(wl)):
             cat, cond, violation = probe.KIND_TEXT[p.kind]
             assert cat in ("data_types", "layout", "storage", "pipeline", "hardware") and cond and violation
@@ -214,7 +215,7 @@ def test_aliased_output_probes_only_where_an_output_matches_an_input():
     alias = [p for p in cs if p.kind == "aliased_output"]
     assert alias and all(p.shape["alias"] == 1 and "offset" not in p.shape for p in alias)
     assert not [p for p in probe.probe_set(load_workload(ROW_SUM)) if p.kind == "aliased_output"]  # out is per row
-    tr = [p for p in probe.probe_set(load_workload(Path("expert_kernels/transpose"))) if p.kind == "aliased_output"]
+    tr = [p for p in probe.probe_set(load_workload(ROOT / "expert_kernels" / "transpose")) if p.kind == "aliased_output"]
     assert tr and all(p.shape["rows"] == p.shape["cols"] for p in tr)  # only square transposes can be in place
 
 
@@ -232,13 +233,12 @@ def test_worker_passes_an_aliased_output_as_the_input_buffer():
 
 
 def test_shipped_library_has_risks_from_real_h200_failures():
-    import duckdb
     import json
-    con = duckdb.connect(str(Path("skills_db/skills.duckdb")), read_only=True)
-    try:
-        cards = {n: json.loads(c) for n, c in con.execute("select name, card_json from skills").fetchall()}
-    finally:
-        con.close()
+
+    from klineage.store import open_store
+    shipped = Path(__file__).resolve().parents[2] / "skills_db" / "skills.duckdb"
+    with open_store(shipped, read_only=True) as store:
+        cards = {n: json.loads(c) for n, c in store._query("select name, card_json from skills")}
     real = {n: [r for r in c.get("risks") or [] if r.get("kind") == "probe"] for n, c in cards.items()}
     real = {n: r for n, r in real.items() if r}
     # Issue 5 asks for at least five. fast_exp2 loses 1e-3 on confident, large logits;
