@@ -11,25 +11,32 @@ leaving the author's file as it is, in versions/ladder.toml:
     structural  = ["smem_tiling"]        # names no detector knows, declared structural
     [steps]
     "kernel_4.cu" = ["vector_access", "warp_reduction"]
+    [from]
+    "kernel_6.cu" = "kernel_3.cu"        # a restart: kernel_6 was written from kernel_3
 
 A declared name must be a known mechanism family (klineage.mechanisms.registry) or listed in
 `structural`; anything else is an error before anything is built. An undeclared rung's step is what
 the detectors see it add.
 
+What a rung holds: the mechanism kinds the detectors find in it, and the structural names (those no
+detector sees) declared by it and by the rungs it was written from: the one `[from]` names, else the
+file before it.
+
 Order. Authors number rungs as they like (a restart from an earlier version, a later version that
-drops a mechanism again), so the walk orders rungs by the mechanisms the detectors find in each:
-rung a lies below rung b when a's mechanism kinds are a proper subset of b's, or equal with a
-earlier in file order (a structural step the detectors cannot see). From each state the walk tries
-the rungs below it, the one with the longest chain below it first (so it walks as many rungs as it
-can), then the next; a refused candidate is recorded and the next one tried, which makes the step a
-compound one over the refused rung. Rungs the walk never reaches are recorded with the reason.
+drops a mechanism again), so the walk orders rungs by what they hold: rung a lies below rung b when
+a holds a proper subset of what b holds, or the same with a earlier in file order. From each state
+the walk tries the rungs below it, the one with the longest chain below it first (so it walks as
+many rungs as it can), then the next; a refused candidate is recorded and the next one tried, which
+makes the step a compound one over the refused rung. Rungs the walk never reaches are recorded with
+the reason.
 
 Audit of a step richer -> simpler (read forward, the simpler rung is K_{i-1}): no mechanism kind of
 the simpler rung is lost; every detectable name declared by the rungs the step spans is seen added
 (its count grows), or the step is refused (a detector miss or a wrong declaration); the step names
-every mechanism it adds: the declared structural names, the declared names seen, and the kinds the
-detectors see added without a declaration. A step of one declared name whose only additions are that
-mechanism (and its companions) is the plain ladder step of klineage.lineage.audit.audit_version.
+every mechanism it adds: the structural names the richer rung holds and the simpler does not, the
+declared names seen, and the kinds the detectors see added without a declaration. A step of one
+declared name whose only additions are that mechanism (and its companions) is the plain ladder step
+of klineage.lineage.audit.audit_version.
 """
 from __future__ import annotations
 
@@ -47,7 +54,7 @@ from klineage.mechanisms.base import Feature
 from klineage.settings import display_path
 
 _STEP = re.compile(r"//\s*klineage-step:\s*mechanism=([A-Za-z_]\w*(?:[ \t]*[,+][ \t]*[A-Za-z_]\w*)*)")
-LADDER_KEYS = ("description", "expert_adds", "structural", "steps")
+LADDER_KEYS = ("description", "expert_adds", "structural", "steps", "from")
 HEADER_LINES = 5  # a declaration is read from a rung's first lines only
 
 
@@ -63,10 +70,11 @@ class Version:
     mechanism: str | None  # what this rung declares it adds ("a+b" for several); None: nothing declared
     origin: str
     mechanisms: tuple[str, ...] = ()  # the declared names one by one
+    parent: str | None = None         # the label of the rung it was written from, where [from] names one
 
 
-def _version(label: str, source: str, names: tuple[str, ...], origin: str) -> Version:
-    return Version(label, source, "+".join(names) if names else None, origin, names)
+def _version(label: str, source: str, names: tuple[str, ...], origin: str, parent: str | None = None) -> Version:
+    return Version(label, source, "+".join(names) if names else None, origin, names, parent)
 
 
 def declared_mechanisms(source: str) -> tuple[str, ...]:
@@ -93,6 +101,7 @@ class LadderMeta:
     expert_adds: tuple[str, ...] = ()
     structural: frozenset[str] = frozenset()
     steps: dict[str, tuple[str, ...]] = field(default_factory=dict)  # file name -> declared names
+    parents: dict[str, str] = field(default_factory=dict)  # file name -> the file it was written from
 
 
 def _names(value, where: str) -> tuple[str, ...]:
@@ -121,10 +130,14 @@ def read_meta(vdir: Path) -> LadderMeta:
     structural = raw.get("structural", [])
     if not isinstance(structural, list) or not all(isinstance(s, str) and s.isidentifier() for s in structural):
         raise ProposerError(f"{meta}: structural = {structural!r}: expected a list of mechanism names")
+    parents = raw.get("from", {})
+    if not isinstance(parents, dict) or not all(isinstance(v, str) for v in parents.values()):
+        raise ProposerError(f"{meta}: from must be a table ([from] with \"FILE.cu\" = \"EARLIER.cu\")")
     return LadderMeta(meta, str(raw.get("description", "")),
                       _names(raw["expert_adds"], f"{meta}: expert_adds") if "expert_adds" in raw else (),
                       frozenset(structural),
-                      {str(k): _names(v, f"{meta}: steps.{k}") for k, v in steps.items()})
+                      {str(k): _names(v, f"{meta}: steps.{k}") for k, v in steps.items()},
+                      {str(k): v for k, v in parents.items()})
 
 
 def check_names(ladder: list[Version], meta: LadderMeta, known: set[str]) -> None:
@@ -150,11 +163,13 @@ def ladder_from_folder(workload_dir: Path, known: set[str] | None = None) -> lis
     if not files:
         raise ProposerError(f"{workload_dir} has no versions/*.cu ladder: add one, or use --proposer rules")
     meta = read_meta(vdir)
-    names = {p.name for p in files} | {p.stem for p in files} | {"expert.cu", "expert"}
-    stray = sorted(set(meta.steps) - names)
-    if stray:
-        raise ProposerError(f"{meta.path}: steps names {stray[0]!r}, which is not a file of versions/ "
-                            f"(files: {', '.join(p.name for p in files)})")
+    stem = {p.name: p.stem for p in files} | {p.stem: p.stem for p in files} | {"expert.cu": "expert", "expert": "expert",
+                                                                                "naive.cu": "naive", "naive": "naive"}
+    for table, keys in (("steps", meta.steps), ("from", [*meta.parents, *meta.parents.values()])):
+        stray = sorted(set(keys) - set(stem))
+        if stray:
+            raise ProposerError(f"{meta.path}: {table} names {stray[0]!r}, which is not a rung of the ladder "
+                                f"(naive.cu, {', '.join(p.name for p in files)}, expert.cu)")
     chain = [workload_dir / "naive.cu", *files, workload_dir / "expert.cu"]
     out = []
     for i, p in enumerate(chain):
@@ -168,9 +183,45 @@ def ladder_from_folder(workload_dir: Path, known: set[str] | None = None) -> lis
         if header and listed and header != listed:
             raise ProposerError(f"{display_path(p)} declares {'+'.join(header)} in its header and "
                                 f"{'+'.join(listed)} in {meta.path}: keep one of the two")
-        out.append(_version(p.stem, text, header or listed, display_path(p)))
+        parent = meta.parents.get(p.name) or meta.parents.get(p.stem)
+        out.append(_version(p.stem, text, header or listed, display_path(p), stem[parent] if parent else None))
     check_names(out, meta, _known() if known is None else known)
+    _check_parents(out, meta)
     return out
+
+
+def _check_parents(ladder: list[Version], meta: LadderMeta) -> None:
+    """ProposerError when [from] makes a rung its own ancestor."""
+    index = {v.label: i for i, v in enumerate(ladder)}
+    for i in range(len(ladder)):
+        seen, j = set(), i
+        while j is not None and j not in seen:
+            seen.add(j)
+            j = parent_index(ladder, j, index)
+        if j is not None:
+            raise ProposerError(f"{meta.path}: [from] makes {ladder[i].label} its own ancestor: "
+                                "name the rung each file was written from")
+
+
+def parent_index(ladder: list[Version], i: int, index: dict[str, int] | None = None) -> int | None:
+    """The rung rung i was written from: its [from] entry, else the rung before it in file order."""
+    if ladder[i].parent is not None:
+        return (index or {v.label: k for k, v in enumerate(ladder)})[ladder[i].parent]
+    return i - 1 if i > 0 else None
+
+
+def structural_held(ladder: list[Version], detectable: set[str]) -> list[frozenset[str]]:
+    """Per rung, the structural names it holds: its own and those of the rungs it was written from."""
+    index = {v.label: k for k, v in enumerate(ladder)}
+    memo: dict[int, frozenset[str]] = {}
+
+    def held(i: int) -> frozenset[str]:
+        if i not in memo:
+            p = parent_index(ladder, i, index)
+            memo[i] = (held(p) if p is not None else frozenset()) | {n for n in ladder[i].mechanisms
+                                                                     if n not in detectable}
+        return memo[i]
+    return [held(i) for i in range(len(ladder))]
 
 
 def ladder_from_git(path: Path, known: set[str] | None = None) -> list[Version]:
@@ -204,10 +255,12 @@ def _known() -> set[str]:
 
 # ---------------------------------------------------------------------------- order of the rungs
 class RungOrder:
-    """The rungs ordered by the mechanism kinds the detectors find in each (see the module text)."""
+    """The rungs ordered by what each holds (see the module text): `features` per rung, and the
+    structural names each holds (structural_held)."""
 
-    def __init__(self, features: list[list[Feature]]):
-        self.kinds = [frozenset(f.mechanism for f in fs) for fs in features]
+    def __init__(self, features: list[list[Feature]], structural: list[frozenset[str]] | None = None):
+        self.kinds = [frozenset(f.mechanism for f in fs) | (structural[i] if structural else frozenset())
+                      for i, fs in enumerate(features)]
         n = len(self.kinds)
         self.height = [0] * n
         for j in sorted(range(n), key=lambda i: (len(self.kinds[i]), i)):  # a linear extension of `below`

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Iterator
 
 from klineage.lineage.ladder import (ProposerError, RungOrder, Version, audit_ladder_step,  # noqa: F401
-                                     declared_mechanism, declared_mechanisms, ladder_from_folder, ladder_from_git)
+                                     declared_mechanism, declared_mechanisms, ladder_from_folder, ladder_from_git,
+                                     structural_held)
 from klineage.mechanisms import ORDER, Kernel, registry
 from klineage.mechanisms.base import Applied, Feature
 
@@ -98,25 +99,28 @@ class VersionsProposer:
         from klineage.mechanisms import detect_all
         self.ladder = ladder
         self._index = {source_hash(v.source): i for i, v in enumerate(ladder)}
-        self._derived: dict[str, int] = {}  # kernel hash -> the rung it is, less mechanisms the rules removed
+        # kernel hash -> (the rung it is, the mechanisms the rules removed from it on the way here)
+        self._derived: dict[str, tuple[int, frozenset[str]]] = {}
         self.features = [detect_all(v.source) for v in ladder]
-        self.order = RungOrder(self.features)
         self.detectable = {m.NAME for m in registry().values() if m.DETECTABLE}
+        self.held = structural_held(ladder, self.detectable)
+        self.order = RungOrder(self.features, self.held)
         self.rules = RulesProposer()
 
     @property
     def top(self) -> Version:
         return self.ladder[-1]
 
-    def rung_of(self, source: str) -> int | None:
-        """The rung index a kernel is (or was peeled from), or None."""
+    def rung_of(self, source: str) -> tuple[int, frozenset[str]] | None:
+        """(the rung index a kernel is or was peeled from, the mechanisms peeled off), or None."""
         h = source_hash(source)
-        return self._index.get(h, self._derived.get(h))
+        return (self._index[h], frozenset()) if h in self._index else self._derived.get(h)
 
     def propose(self, source: str, features: list[Feature], tried: set) -> Iterator[Proposal | tuple]:
-        base = self.rung_of(source)
-        if base is None:
+        at = self.rung_of(source)
+        if at is None:
             return
+        base, peeled = at
         here = source_hash(source)
         cur = self.ladder[base]
         for r in self.order.candidates(base):
@@ -125,28 +129,33 @@ class VersionsProposer:
                 continue
             tried.add(pair)
             prev = self.ladder[r]
-            declared = tuple(dict.fromkeys(n for q in [base, *reversed(self.order.between(r, base))]
-                                           for n in self.ladder[q].mechanisms))
+            # the detectable names the spanned rungs declare, and the structural names the step adds
+            declared = tuple(dict.fromkeys([n for q in [base, *reversed(self.order.between(r, base))]
+                                            for n in self.ladder[q].mechanisms
+                                            if n in self.detectable and n not in peeled]
+                                           + sorted(self.held[base] - self.held[r])))
             audit, mechs = audit_ladder_step(features, self.features[r], declared, self.detectable)
             if audit["ok"] and len(mechs) > 1:
-                yield from self._peel(source, features, mechs, self.features[r], base, tried)
+                yield from self._peel(source, features, mechs, declared, self.features[r], (base, peeled), tried)
             config = {"version": cur.label, "previous": prev.label}
             yield Proposal(self.name, "+".join(mechs) or "+".join(declared) or "unnamed", f"version:{cur.label}",
                            prev.source, before=f"{Path(cur.origin).name}", after=f"{Path(prev.origin).name}",
                            config=config, declared=True, origin=prev.origin, audit=audit, richer=source,
                            mechanisms=mechs if len(mechs) > 1 else ())
 
-    def _peel(self, source, features, mechs, simpler_feats, base, tried) -> Iterator[Proposal | tuple]:
+    def _peel(self, source, features, mechs, declared, simpler_feats, at, tried) -> Iterator[Proposal | tuple]:
         """Rules steps removing, one locus at a time, the mechanisms of a bundled step other than the
-        one the ladder step keeps (its structural names, else the last of them in mechanisms.ORDER)."""
+        one the ladder step keeps: its structural names, else the last declared of them in
+        mechanisms.ORDER, else the last of them in that order."""
         ruled = [m for m in ORDER if m in mechs]
-        keep = set(mechs) - set(ruled) or {ruled[-1]}
+        keep = (set(mechs) - set(ruled)) or {([m for m in ruled if m in declared] or ruled)[-1]}
         gone = {f.key for f in features} - {f.key for f in simpler_feats}
         peel = [f for f in features if f.mechanism in ruled and f.mechanism not in keep and f.key in gone]
+        base, peeled = at
         for prop in self.rules.propose(source, peel, tried):
             if isinstance(prop, Proposal):
                 prop.proposer = self.name
-                self._derived[source_hash(prop.source)] = base
+                self._derived[source_hash(prop.source)] = (base, peeled | {prop.mechanism})
             yield prop
 
     def rederive(self, proposal: Proposal) -> str | None:
@@ -190,6 +199,7 @@ class VersionsProposer:
                                       "rung": v.label})
 
     def rung_of_hash(self, h: str) -> int | None:
+        """The rung a kernel hash is (peeled kernels are not rungs), or None."""
         return self._index.get(h)
 
 

@@ -11,7 +11,8 @@ klineage.mechanisms.ORDER (dependents before what they depend on), loci in sourc
 deterministic: equal inputs (kernel, workload, proposers, limits, recorded evaluations) give equal
 lineages. It stops with one of
   complete         no mechanism a detector knows is left,
-  no_proposal      mechanisms remain that no proposer could remove (listed by name),
+  no_proposal      mechanisms remain that no proposer could remove (listed by name), or a candidate
+                   was refused at the last state (a ladder's next rung),
   step_limit       `max_steps` steps were accepted,
   rejection_limit  `max_rejections` candidates failed the gate, audit or re-derivation,
   start_failed     the starting kernel itself does not pass the gate.
@@ -143,7 +144,10 @@ class Walker:
                     lin["termination"] = "rejection_limit"
                     break
                 left = sorted({f.mechanism for f in cur_feats})
-                lin["termination"] = "no_proposal" if left else "complete"
+                # a candidate refused here (a ladder's next rung) also leaves the walk short of the end
+                refused = any(r["step"] == len(lin["transitions"]) and r["kind"] != "not_applicable"
+                              for r in lin["rejections"])
+                lin["termination"] = "no_proposal" if left or refused else "complete"
                 break
             prop, res, feats, trans = accepted
             lin["transitions"].append(trans)
