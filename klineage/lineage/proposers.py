@@ -22,7 +22,7 @@ from typing import Iterator
 
 from klineage.lineage.ladder import (ProposerError, RungOrder, Version, audit_ladder_step,  # noqa: F401
                                      declared_mechanism, declared_mechanisms, ladder_from_folder, ladder_from_git,
-                                     structural_held)
+                                     parent_index, structural_held)
 from klineage.mechanisms import ORDER, Kernel, registry
 from klineage.mechanisms.base import Applied, Feature
 
@@ -104,6 +104,7 @@ class VersionsProposer:
         self.features = [detect_all(v.source) for v in ladder]
         self.detectable = {m.NAME for m in registry().values() if m.DETECTABLE}
         self.held = structural_held(ladder, self.detectable)
+        self.parent = [parent_index(ladder, i) for i in range(len(ladder))]
         self.order = RungOrder(self.features, self.held)
         self.rules = RulesProposer()
 
@@ -129,11 +130,7 @@ class VersionsProposer:
                 continue
             tried.add(pair)
             prev = self.ladder[r]
-            # the detectable names the spanned rungs declare, and the structural names the step adds
-            declared = tuple(dict.fromkeys([n for q in [base, *reversed(self.order.between(r, base))]
-                                            for n in self.ladder[q].mechanisms
-                                            if n in self.detectable and n not in peeled]
-                                           + sorted(self.held[base] - self.held[r])))
+            declared = self._declared(base, r, peeled)
             audit, mechs = audit_ladder_step(features, self.features[r], declared, self.detectable)
             if audit["ok"] and len(mechs) > 1:
                 yield from self._peel(source, features, mechs, declared, self.features[r], (base, peeled), tried)
@@ -142,6 +139,18 @@ class VersionsProposer:
                            prev.source, before=f"{Path(cur.origin).name}", after=f"{Path(prev.origin).name}",
                            config=config, declared=True, origin=prev.origin, audit=audit, richer=source,
                            mechanisms=mechs if len(mechs) > 1 else ())
+
+    def _declared(self, base: int, r: int, peeled: frozenset[str]) -> tuple[str, ...]:
+        """What the step base -> r is declared to add: the structural names base holds and r does not,
+        and the detectable names declared by base and by the rungs it was written from above r (those
+        it still holds: a later rung may drop a mechanism again); less the ones already peeled off."""
+        span, q = [base], self.parent[base]
+        while q is not None and q != r and not self.order.below(q, r):
+            span.append(q)
+            q = self.parent[q]
+        names = [n for i in span for n in self.ladder[i].mechanisms
+                 if n in self.detectable and n not in peeled and (i == base or n in self.order.kinds[base])]
+        return tuple(dict.fromkeys(names + sorted(self.held[base] - self.held[r])))
 
     def _peel(self, source, features, mechs, declared, simpler_feats, at, tried) -> Iterator[Proposal | tuple]:
         """Rules steps removing, one locus at a time, the mechanisms of a bundled step other than the
