@@ -305,7 +305,7 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
     """Walk expert kernels backward and lift every accepted step into a skill."""
     import dataclasses
 
-    from klineage.lineage.mine import MineRun, load_config, targets_for
+    from klineage.lineage.mine import MineRun, check_ladders, load_config, targets_for
 
     if config_path:
         run, _raw = load_config(config_path)
@@ -319,6 +319,7 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
     over = {k: v for k, v in (("max_steps", max_steps), ("max_rejections", max_rejections)) if v is not None}
     if over:
         run.limits = dataclasses.replace(run.limits, **over)
+    check_ladders(run)  # a bad ladder declaration is an error before anything is built or stored
     if dry_run and (replay or prompt_only):
         raise click.BadParameter("a dry run gates nothing: leave out --replay and --prompt-only", param_hint="--dry-run")
     llm = None
