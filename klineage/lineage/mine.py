@@ -318,7 +318,7 @@ def proposal_log(lin: dict) -> list[dict]:
         if k < len(lin["transitions"]):
             t = lin["transitions"][k]
             a = t["audit"]
-            why = (f"removed exactly {t['mechanism']} at {t['locus']}, kept {a['kept']} other features"
+            why = (f"removed exactly this, kept the {a['kept']} other features"
                    if a.get("kind") == "rules" else f"adds forward {a.get('added_forward') or 'nothing detected'}"
                    + (f", declared {a['declared']}" if a.get("declared") else ""))
             out.append({"step": k + 1, "proposer": t["proposer"], "mechanism": t["mechanism"], "locus": t["locus"],
@@ -351,7 +351,7 @@ def format_dry_run(d: dict) -> str:
             lines.append(f"  the starting kernel is {l['start_status']}: nothing to walk")
         if l.get("domain"):
             lines.append(f"  domain: {'; '.join(l['domain']['conditions'])} "
-                         f"({l['domain']['probe_shapes_not_run']} probe shapes outside it, not run)")
+                         f"(probe shapes outside it, not run: {l['domain']['probe_shapes_not_run']})")
         if l.get("rungs"):
             r = l["rungs"]
             lines.append(f"  rungs walked: {r['walked']}/{r['total']} ({100 * r['fraction']:.0f}%): "
