@@ -31,12 +31,13 @@ makes the step a compound one over the refused rung. Rungs the walk never reache
 the reason.
 
 Audit of a step richer -> simpler (read forward, the simpler rung is K_{i-1}): no mechanism kind of
-the simpler rung is lost; every detectable name declared by the rungs the step spans is seen added
-(its count grows), or the step is refused (a detector miss or a wrong declaration); the step names
-every mechanism it adds: the structural names the richer rung holds and the simpler does not, the
-declared names seen, and the kinds the detectors see added without a declaration. A step of one
-declared name whose only additions are that mechanism (and its companions) is the plain ladder step
-of klineage.lineage.audit.audit_version.
+the simpler rung is lost; every detectable name the richer rung declares, and those declared by the
+rungs it was written from down to the simpler one that it still holds (a later rung may drop a
+mechanism again), is seen added (its count grows), or the step is refused (a detector miss or a
+wrong declaration); the step names every mechanism it adds: the structural names the richer rung
+holds and the simpler does not, the declared names seen, and the kinds the detectors see added
+without a declaration. A step of one declared name whose only additions are that mechanism (and its
+companions) is the plain ladder step of klineage.lineage.audit.audit_version.
 """
 from __future__ import annotations
 
@@ -275,9 +276,6 @@ class RungOrder:
         return sorted((i for i in range(len(self.kinds)) if self.below(i, top)),
                       key=lambda i: (-self.height[i], -i))
 
-    def between(self, lo: int, hi: int) -> list[int]:
-        """The rungs strictly between `lo` and `hi`, in file order."""
-        return [q for q in range(len(self.kinds)) if self.below(lo, q) and self.below(q, hi)]
 
 
 # ---------------------------------------------------------------------------- audit of one step

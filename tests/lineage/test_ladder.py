@@ -219,3 +219,25 @@ def test_ladder_audit_names_every_mechanism_a_step_adds():
     audit, mechs = audit_ladder_step(detect_all(kernel("restrict", "unroll")), simple, ("unroll",), {"unroll", "restrict"})
     assert mechs == ("unroll",) and set(audit) == {"ok", "kind", "added_forward", "lost_forward", "declared",
                                                    "detected", "reason"}
+
+
+def test_a_ladder_from_the_git_history_of_one_file(tmp_path):
+    import subprocess
+    from klineage.lineage.ladder import ladder_from_git
+
+    def git(*a):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path, check=True,
+                       capture_output=True)
+    git("init", "-q")
+    f = tmp_path / "k.cu"
+    for subject, text in (("first", kernel()), ("mechanism=restrict", kernel("restrict")),
+                          ("faster", "// klineage-step: mechanism=unroll,fast_math\n" + kernel("restrict", "unroll", "fast_math"))):
+        f.write_text(text)
+        git("add", "k.cu")
+        git("commit", "-q", "-m", subject)
+    ladder = ladder_from_git(f)
+    assert [v.mechanisms for v in ladder] == [(), ("restrict",), ("unroll", "fast_math")]
+    f.write_text("// klineage-step: mechanism=unrol\n" + kernel("unroll"))
+    git("commit", "-q", "-am", "typo")
+    with pytest.raises(ProposerError, match="did you mean unroll"):
+        ladder_from_git(f)
