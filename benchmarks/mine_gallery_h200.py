@@ -14,9 +14,11 @@ a fresh database. It writes
     DIR/mine_gallery_h200_dump.json.gz   the canonical dump of the library it stored
     DIR/mine_gallery_h200.log            (from the shell that runs it)
 
-At `--time-limit` seconds (or on SIGTERM) it stops, exports what it measured and exits 3. Back on
-this machine, commit DIR as benchmarks/results/mine_gallery_h200/: tests/test_mine_gallery_h200.py
-then replays the configuration from those records and compares lineages and skills with the dump.
+At `--time-limit` seconds (or on SIGTERM) it stops, exports what it measured and exits 3; a next
+call with `--seed DIR_OF_THE_FIRST/mine_gallery_h200.jsonl.gz` continues from those records (its
+export holds them too). Back on this machine, commit DIR as benchmarks/results/mine_gallery_h200/:
+tests/test_mine_gallery_h200.py then replays the configuration from those records and compares
+lineages and skills with the dump.
 
 `--check-kernels` first runs every kernel file of the gallery (naive, versions, expert) through a
 correctness-only gate on every benchmark and probe shape and writes DIR/mine_gallery_h200_check.json.
@@ -119,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-kernels", action="store_true", help="first gate every gallery kernel file for "
                     "correctness")
     ap.add_argument("--dry-plan", action="store_true", help="print the plan (no GPU, no nvcc) and stop")
+    ap.add_argument("--seed", type=Path, action="append", default=[], help="records of an earlier, interrupted "
+                    "call (a .jsonl.gz or its folder) to continue from; repeatable")
     ns = ap.parse_args(argv)
     ns.out.mkdir(parents=True, exist_ok=True)
     if ns.dry_plan:
@@ -147,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     if db.exists():
         db.unlink()
     store = open_store(db)
+    if ns.seed:
+        from klineage.store.recorded import import_paths
+        result["seeded"] = import_paths(store, ns.seed)
     gate = None
     rc = 0
     try:
