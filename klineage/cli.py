@@ -320,7 +320,12 @@ class _Progress:
 @click.option("--model", default=None, help="Model id for --proposer llm (default claude-sonnet-4-5).")
 @click.option("--base-url", default=None, help="An OpenAI-compatible server for --proposer llm.")
 @click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most (--proposer llm).")
-@click.option("--dry-run", is_flag=True, help="With --proposer llm: print the first prompt and its cost estimate; send nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Walk with compile-only gating (guard and nvcc; a kernel that builds is assumed to pass, nothing "
+                   "runs) and print every proposal with the audit's verdict and reason; needs no GPU, stores nothing. "
+                   "With --proposer llm the model is asked as in a real walk.")
+@click.option("--prompt-only", is_flag=True,
+              help="With --proposer llm: print the first prompt and its cost estimate; send nothing.")
 @click.option("--executor", "executor_name", type=click.Choice(["serial", "local", "ray"]), default="serial",
               show_default=True,
               help="Where compiles and gate evaluations run: serial (this process, one at a time), local (one gate "
@@ -333,11 +338,11 @@ class _Progress:
 @json_option
 @library_errors
 def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, replay, quiet, model, base_url,
-             budget_usd, dry_run, executor_name, ray_address, check_builds, as_json):
+             budget_usd, dry_run, prompt_only, executor_name, ray_address, check_builds, as_json):
     """Walk expert kernels backward and lift every accepted step into a skill."""
     import dataclasses
 
-    from klineage.lineage.mine import MineRun, load_config, targets_for
+    from klineage.lineage.mine import MineRun, check_ladders, load_config, targets_for
 
     if config_path:
         run, _raw = load_config(config_path)
@@ -351,16 +356,33 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
     over = {k: v for k, v in (("max_steps", max_steps), ("max_rejections", max_rejections)) if v is not None}
     if over:
         run.limits = dataclasses.replace(run.limits, **over)
+    check_ladders(run)  # a bad ladder declaration is an error before anything is built or stored
+    if dry_run and (replay or prompt_only):
+        raise click.BadParameter("a dry run gates nothing: leave out --replay and --prompt-only", param_hint="--dry-run")
     llm = None
     if any(t.proposer == "llm" for t in run.targets):
-        llm = _make_llm(("llm",), model, base_url, budget_usd, dry_run)
-        if dry_run:
+        llm = _make_llm(("llm",), model, base_url, budget_usd, prompt_only)
+        if prompt_only:
             from klineage.lineage.llm_proposer import LLMProposer
             from klineage.mechanisms import detect_all
             tgt = next(t for t in run.targets if t.proposer == "llm")
             src = read_source(tgt.start)
             _echo_preview(llm.preview(*LLMProposer(llm).prompt(src, detect_all(src), None)), as_json)
             return
+    elif prompt_only:
+        raise click.BadParameter("--prompt-only previews the llm proposer's prompt: add --proposer llm",
+                                 param_hint="--prompt-only")
+    if dry_run:
+        from klineage.lineage.mine import dry_run as dry_walk, format_dry_run
+        progress = _Progress(quiet or as_json)
+        try:
+            out = dry_walk(run, progress=progress, llm=llm)
+        finally:
+            progress.done()
+        if llm is not None:
+            out["llm"] = {"model": llm.model, "calls": len(llm.exchanges), "spent_usd": round(llm.spent_usd, 6)}
+        click.echo(json.dumps(out, indent=1, default=str) if as_json else format_dry_run(out))
+        return
     if ray_address and executor_name != "ray":
         raise click.BadParameter("--ray-address needs --executor ray", param_hint="--ray-address")
     from klineage.exec import make_executor

@@ -167,7 +167,9 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
         pre = {c: [] for c in CATEGORIES}
         rich = next((f for f in first["features_richer"] if f["mechanism"] == mech_name
                      and f["locus"] == first["locus"]), None)
-        for cat, items in (mech.PRECONDITIONS if mech else {}).items():
+        # a bundled ladder step ("a+b") carries the known preconditions of each of its families
+        families = [mech] if mech else [mechs[n] for n in first.get("mechanisms", []) if n in mechs]
+        for cat, items in ((c, i) for fam in families for c, i in fam.PRECONDITIONS.items()):
             for it in items:
                 _add_pre(pre, cat, {"condition": it["condition"], "fails_without": it["fails_without"],
                                     "evidence": "the mechanism family's known precondition",
@@ -175,6 +177,9 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
                                     "kernel": first["richer_hash"][:12]})
         probes_tried, probe_risks, compile_checked = [], [], {}
         for t in ts:
+            for it in t.get("domain", []):  # the workload's declared DOMAIN (klineage.workload)
+                _add_pre(pre, it["category"], {**{k: v for k, v in it.items() if k != "category"},
+                                               "source": "domain", "lines": None, "kernel": t["richer_hash"][:12]})
             a = per_t.get(t["transition_id"], {})
             for it in a.get("static", []):
                 _add_pre(pre, it["category"], {**{k: v for k, v in it.items() if k != "category"}, "source": "static"})
@@ -193,7 +198,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
                   "eval_key": r.get("eval_key"), "lineage_id": r.get("lineage_id"),
                   "workload": r.get("workload_name", ""), "failing_shapes": r.get("failing_shapes", [])}
                  for r in rejections if r["mechanism"] == mech_name
-                 and r["kind"] not in ("not_applicable", "replay_missing")] + probe_risks
+                 and r["kind"] not in ("not_applicable", "replay_missing", "not_on_chain")] + probe_risks
         probed = any((per_t.get(t["transition_id"], {}).get("probe") or {}).get("probed") for t in ts)
         before_common = set.intersection(*[_feature_pairs(t["features_simpler"]) for t in ts])
         provides = sorted({(anchor, mech_name)})
