@@ -16,8 +16,8 @@ import pkgutil
 from klineage.mechanisms.base import Applied, NotApplicable
 from klineage.mechanisms.shapes.base import REGISTRY, Shape, ShapeRewriter, register
 
-__all__ = ["Shape", "ShapeRewriter", "forward_states", "knows", "register", "rewriters", "shape_mechanisms",
-           "structural_rewrite"]
+__all__ = ["Shape", "ShapeRewriter", "forward_states", "knows", "recognises", "register", "rewriters",
+           "shape_mechanisms", "structural_rewrite"]
 
 _loaded = False
 
@@ -54,6 +54,12 @@ def structural_rewrite(mechanism: str, source: str, config: dict | None = None, 
 def knows(mechanism: str) -> bool:
     """Whether some shape rewriter can add `mechanism`."""
     return any(mechanism in rw.mechanisms for rw in rewriters())
+
+
+def recognises(mechanism: str, source: str, workload=None) -> bool:
+    """Whether a shape rewriter that adds `mechanism` recognises `source` as a kernel of its shape."""
+    return any(mechanism in rw.mechanisms and isinstance(rw.recognise(source, workload), Shape)
+               for rw in rewriters())
 
 
 def shape_mechanisms(source: str, workload=None) -> set[str]:
