@@ -15,6 +15,9 @@ Writes under DIR:
   heldout_h200_<tag>.json       this call: arguments, wall time, whether the time limit cut it, exported count
   heldout_h200_<tag>.front_end.json.gz   nvcc's front-end answers the run used (which sweep points build,
                                 sweep_axes = "buildable"), so a replay picks the same axes with no nvcc
+  heldout_h200_<tag>.library.json.gz     the library the run measured (content hash, canonical dump) and the
+                                expert corpus its memorization audit read (klineage.heldout.records): a
+                                replay adopts them, so it stands when the shipped library changes later
 Front-end answers recorded in the pipeline's records folder and the --seed-recorded paths (by this
 nvcc version) are read first: --front-end-answers writes the plan's, so a call asks nvcc for none of them.
 The database (--db, default /tmp/klineage_heldout_h200.duckdb, a copy of skills_db/skills.duckdb made
@@ -212,6 +215,7 @@ def main() -> int:
     from klineage.pipelines import load_pipeline
     from klineage.store import open_store
     from klineage.gate.compile import FRONT_END_SUFFIX, export_front_end_answers
+    from klineage.heldout.records import LIBRARY_SUFFIX, write_library_record
     from klineage.store.recorded import import_paths, load_front_end
 
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None  # noqa: E731
@@ -293,11 +297,13 @@ def main() -> int:
         n = store.export_evaluations(ns.out / f"heldout_h200_{tag}.jsonl.gz", workload_hashes=hashes)
         # every front-end answer the run used, which a replay needs to choose the same sweep axes
         n_fe = export_front_end_answers(ns.out / f"heldout_h200_{tag}{FRONT_END_SUFFIX}")
+        # the library the run measured and the corpus its audit read, so a replay stands when they change
+        library = write_library_record(store, ns.out / f"heldout_h200_{tag}{LIBRARY_SUFFIX}")
         store.close()
     record = {"benchmark": "heldout_h200", "args": {k: str(v) for k, v in vars(ns).items()}, "tag": tag,
               "config": hp.config.to_dict(), "instances": [i.name for i in instances], "environment": env,
               "seeded_from_recorded": seeded, "prebuild": pre, "exported_evaluations": n,
-              "exported_front_end_answers": n_fe,
+              "exported_front_end_answers": n_fe, "library": library,
               "cut_by_time_limit": cut, "failure": failure, "wall_s": round(time.perf_counter() - t0, 1),
               "run_id": report["run_id"] if report else None,
               "verdict": report["summary"]["verdict"] if report else None}

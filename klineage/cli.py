@@ -585,9 +585,18 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
     from klineage.store.recorded import load_front_end
     instances = load_instances(hp.root, families, names)
     load_front_end(hp.records, replay=replay)  # which sweep points build, as the recorded run was told
+    corpus = None
     if replay:
+        from klineage.heldout.records import adopt_library, find_library_record, read_library_record
         from klineage.store.recorded import import_paths
         import_paths(store, hp.records)
+        found = find_library_record(hp.records)
+        if found is not None:  # the library and corpus the recorded run measured, not today's
+            rec = read_library_record(found)
+            corpus = rec["corpus"]
+            said = adopt_library(store, rec)
+            if said:
+                click.echo(said, err=True)
     if not store.skills():
         raise click.ClickException(f"no skills in {store.path}: pass --db with a copy of skills_db/skills.duckdb")
     llm, reason = (None, None)
@@ -597,12 +606,20 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
     progress = _HeldoutProgress(quiet)
     try:
         report = run_heldout(store, gate, instances, hp.config, hp.root, replay=replay, llm=llm, llm_reason=reason,
-                             progress=progress)
+                             progress=progress, corpus=corpus)
     finally:
         progress.done()
         gate.close()
     if hp.out is not None:
         write_outputs(report, store, hp.out)
+    if replay:
+        from klineage.heldout.records import format_replay_check, recorded_report, replay_check
+        recorded = recorded_report(hp.records)
+        if recorded is not None and {i["instance"] for i in recorded["instances"]} == {i.name for i in instances}:
+            chk = replay_check(recorded, report)
+            if hp.out is not None:
+                Path(hp.out, "replay_check.json").write_text(json.dumps(chk, indent=1, sort_keys=True) + "\n")
+            click.echo(format_replay_check(chk), err=True)
     return report
 
 

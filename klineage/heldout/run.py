@@ -449,10 +449,11 @@ class _Run:
 
 
 def run_heldout(store, gate: Gate, instances: list[Instance], cfg: HeldoutConfig, root: Path, replay: bool = False,
-                llm=None, llm_reason: str | None = None, progress=None) -> dict:
+                llm=None, llm_reason: str | None = None, progress=None, corpus: dict | None = None) -> dict:
     """Run (or resume) the check; returns the report (klineage.heldout.report schema). Raises
     NoDeviceError when a live evaluation is needed and no GPU exists; a replay that lacks records
-    gives rows with status MISSING (listed in the report), never an invented figure."""
+    gives rows with status MISSING (listed in the report), never an invented figure. `corpus` is the
+    expert corpus the memorization audit compares with (klineage.heldout.records; default: as it is now)."""
     from klineage.heldout.report import build_report
     run = _Run(store, gate, instances, cfg, root, replay, llm, llm_reason, progress)
     store.put_heldout_run({"run_id": run.run_id, "root": run.root_text, "config": cfg.to_dict(), "status": "running"})
@@ -481,7 +482,7 @@ def run_heldout(store, gate: Gate, instances: list[Instance], cfg: HeldoutConfig
     finally:
         run.finals.close()
     rows = store.heldout_results(run.run_id)
-    report = build_report(store, run.run_id, run.root, cfg, instances, rows, run.library, run.sources)
+    report = build_report(store, run.run_id, run.root, cfg, instances, rows, run.library, run.sources, corpus)
     status = "missing" if report["missing"] else "complete"
     store.put_heldout_run({"run_id": run.run_id, "root": run.root_text, "config": cfg.to_dict(), "status": status,
                            "report": report})

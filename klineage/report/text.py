@@ -193,6 +193,35 @@ def _x(v) -> str:
     return "-" if v is None else f"{v:.3f}x"
 
 
+HELDOUT_TABLE_CONDITIONS = ("idiom", "skills", "control-random", "control-foreign")
+
+
+def heldout_markdown(report: dict) -> str:
+    """The held-out results as Markdown, for the documentation (regenerated from a recorded report by
+    `python -m klineage.report.text heldout REPORT.json`): per family and overall the geomean speedup of
+    each searching condition over the reference and the instances where skills reached it; the
+    published check beside them where the report sets it; then skills against each other condition."""
+    summ = report["summary"]
+    conds = [c for c in HELDOUT_TABLE_CONDITIONS if c in report["config"]["conditions"]]
+    head = ["scope", *conds, "skills at or above the reference"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = [(f"{fam} ({agg['skills']['instances']})", agg) for fam, agg in summ["families"].items()]
+    rows.append((f"overall ({summ['overall']['skills']['instances']})", summ["overall"]))
+    for label, agg in rows:
+        lines.append(f"| {label} | " + " | ".join(_x(agg[c]["geomean"]) for c in conds)
+                     + f" | {agg['skills']['at_or_above_reference']} of {agg['skills']['instances']} |")
+    pub = (summ.get("published") or {}).get("published")
+    if pub:
+        lines.append(f"| published check ({pub['instances']}) | "
+                     + " | ".join(f"{pub['geomean'][c]:.2f}x" if c in pub["geomean"] else "-" for c in conds)
+                     + f" | {pub['at_or_above_reference']['skills']} of {pub['instances']} |")
+    lines.append("")
+    for c in summ["comparisons"]:
+        lo, hi = c["ci95"]
+        lines.append(f"- {c['scope']}: skills / {c['b']} = {c['ratio']:.3f}x [{lo:.3f}, {hi:.3f}], {c['verdict']}")
+    return "\n".join(lines)
+
+
 def format_heldout(report: dict) -> str:
     """The held-out report as plain text: per family a table of instances x conditions (speedup over
     the reference [95% interval]), geomeans with failures counted, the comparisons and their verdict,
@@ -205,7 +234,10 @@ def format_heldout(report: dict) -> str:
            f"reference vendor mode {cfg['vendor']}"]
     for env in report["environment"]:
         out.append("environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
-    for note in report["library"].get("notes", []):
+    lib = report["library"]
+    if lib.get("hash"):
+        out.append(f"library: {lib['hash'][:16]} ({lib['skills']} skills, {lib['lineages']} lineages)")
+    for note in lib.get("notes", []):
         out.append("library: " + note)
     out.append("speedup = reference time / kernel time, geomean of paired trial ratios; [95% interval over the final "
                f"rounds' timing trials]; FAIL counts as {fail:g}x in geomeans")
@@ -312,3 +344,11 @@ def format_heldout(report: dict) -> str:
         for m in report[key]:
             out.append(f"{label}: {m['instance']}/{m['condition']}: {m['reason'][:200]}")
     return "\n".join(out)
+
+
+if __name__ == "__main__":  # python -m klineage.report.text heldout REPORT.json
+    import json
+    import sys
+    if len(sys.argv) != 3 or sys.argv[1] != "heldout":
+        sys.exit("usage: python -m klineage.report.text heldout REPORT.json")
+    print(heldout_markdown(json.loads(open(sys.argv[2]).read())))
