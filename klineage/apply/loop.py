@@ -62,10 +62,13 @@ class ApplyConfig:
     # static checks), and the steered sweep then proposes only those. Left out of to_dict when
     # "source" (run ids as before).
     sweep_axes: str = "source"
-    # Where the rules backend's structural rewrites come from: None, the retrieved skills (rank order,
-    # each with its card's parameters); {"mode": "random", "seed": S}, a control without the library:
-    # every mechanism a shape rewriter adds, in one order drawn at random (random.Random(S)), at the
-    # rewriters' own parameters, and no other rules. Left out of to_dict when None (run ids as before).
+    # Structural rewrites (a shape rewriter's, klineage.mechanisms.shapes) in the rules backend: None,
+    # none (the rules write what their family's reoptimize writes; skills no such rewrite adds are
+    # skipped); {"mode": "library"}, the retrieved skills a shape rewriter adds to the best first, one
+    # per step before any sweep point, each with its card's parameters; {"mode": "random", "seed": S},
+    # the control without the library: every mechanism a shape rewriter adds, in one order drawn at
+    # random (random.Random(S)), at the rewriters' own parameters, and no other rules. Left out of
+    # to_dict when None (run ids as before).
     structural: dict | None = None
 
     def __post_init__(self):
@@ -205,7 +208,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
     rounds: dict[str, int] = collections.Counter()  # sweep rounds per kernel up to its tunables' values
     exhausted: set[str] = set()  # best kernels whose sweep order is spent (the random control's: at once)
     swept: set[tuple] = {_config_key(start, {})}  # the configurations the sweep has gated (or started from)
-    mats = {"rules": RulesMaterializer(), "sweep": make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, gate.config.arch))}
+    mats = {"rules": RulesMaterializer(structural=cfg.structural is not None), "sweep": make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, gate.config.arch))}
     if "llm" in cfg.materializers:
         from klineage.apply.materialize import LLMBackendMaterializer
         mats["llm"] = LLMBackendMaterializer(llm)
@@ -243,7 +246,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
             for c in ([] if backend == "rules" and cfg.structural is not None else retrieval["candidates"]):
                 if (bh, backend + c["skill_id"]) in tried:
                     continue
-                if backend == "rules" and _structural(c["mechanism"]):
+                if backend == "rules" and _structural(c["mechanism"], cfg):
                     structural.add(c["name"])  # no forward rewrite exists: only the llm backend can write it
                     continue
                 queue.append((backend, None, c))
@@ -336,17 +339,24 @@ def _config_keys(source: str):
     return lambda point: (fam, tuple(sorted({**tun, **point}.items())))
 
 
-def _structural(mechanism: str) -> bool:
-    """Whether no rewrite adds `mechanism` (only the llm backend can write it)."""
+def _structural(mechanism: str, cfg: ApplyConfig) -> bool:
+    """Whether the rules backend has no rewrite of `mechanism` (only the llm backend can write it):
+    no reoptimize in its family, and, with structural rewrites on, no shape rewriter either."""
     from klineage.lineage.admit import has_forward_rewrite
-    return not has_forward_rewrite(mechanism)
+    from klineage.mechanisms import registry
+    if cfg.structural is not None:
+        return not has_forward_rewrite(mechanism)
+    m = registry().get(mechanism)
+    return m is None or bool(m.STRUCTURAL)
 
 
 def check_structural(spec: dict | None) -> None:
-    """Raise ValueError unless `spec` is None or {"mode": "random", "seed": S}."""
-    if spec is not None and not (spec.get("mode") == "random" and set(spec) == {"mode", "seed"}
-                                 and isinstance(spec.get("seed"), int)):
-        raise ValueError(f"structural {spec!r}: None (the retrieved skills) or {{'mode': 'random', 'seed': S}}")
+    """Raise ValueError unless `spec` is None, {"mode": "library"} or {"mode": "random", "seed": S}."""
+    ok = spec is None or spec == {"mode": "library"} or (
+        spec.get("mode") == "random" and set(spec) == {"mode", "seed"} and isinstance(spec.get("seed"), int))
+    if not ok:
+        raise ValueError(f"structural {spec!r}: None (no structural rewrites), {{'mode': 'library'}} (the retrieved "
+                         "skills') or {'mode': 'random', 'seed': S} (every shape rewriter's, in a seeded order)")
 
 
 def structural_order(spec: dict | None) -> list[str]:
@@ -364,6 +374,8 @@ def _next_structural(cfg: ApplyConfig, retrieval: dict, tried: set, bh: str, sou
     random control, the first such mechanism of its order), as a retrieval entry; None when none is left."""
     from klineage.mechanisms.shapes import recognises
     if cfg.structural is None:
+        return None
+    if cfg.structural["mode"] == "library":
         return next((c for c in retrieval["candidates"] if (bh, "rules" + c["skill_id"]) not in tried
                      and recognises(c["mechanism"], source, wl)), None)
     for m in structural_order(cfg.structural):

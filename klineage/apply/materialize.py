@@ -316,7 +316,12 @@ def steered_by(skills: list[dict], source: str, point: dict[str, int]) -> tuple[
 
 
 class RulesMaterializer:
+    """The mechanism's forward rewrite: its family's reoptimize; with `structural`, else a shape
+    rewriter's (klineage.mechanisms.shapes)."""
     name = "rules"
+
+    def __init__(self, structural: bool = False):
+        self.structural = structural
 
     def propose(self, skill: dict, kernel: str, wl: Workload, feedback: str | None = None) -> list[Candidate]:
         """The mechanism's forward rewrite (its family's reoptimize, else a shape rewriter's with the
@@ -324,7 +329,7 @@ class RulesMaterializer:
         card = skill.get("card") or {}
         requires = [r if isinstance(r, str) else r[-1] for r in card.get("requires") or []]
         got = rewrite_for(skill["mechanism"], kernel, requires, (card.get("carrier") or {}).get("config"),
-                          card=card or None, workload=wl)
+                          card=card or None, workload=wl, structural=self.structural)
         if got is None:
             return []
         src, info = got

@@ -95,10 +95,10 @@ def shape_config(card: dict | None) -> dict:
 
 
 def rewrite_for(mechanism: str, source: str, requires: list[str], config: dict | None = None,
-                card: dict | None = None, workload=None) -> tuple[str, dict] | None:
+                card: dict | None = None, workload=None, structural: bool = True) -> tuple[str, dict] | None:
     """M's forward rewrite on `source` if it adds M (and nothing else) where `requires` hold: the
-    family's reoptimize (with `config`, a card's example configuration, first), else a shape
-    rewriter's structural rewrite with the parameters of `card`."""
+    family's reoptimize (with `config`, a card's example configuration, first), else (with
+    `structural`) a shape rewriter's structural rewrite with the parameters of `card`."""
     mech = registry().get(mechanism)
     if mech is not None and not mech.STRUCTURAL:
         base = {f.key for f in detect_all(source)}
@@ -114,7 +114,7 @@ def rewrite_for(mechanism: str, source: str, requires: list[str], config: dict |
                 added = new - base
                 if base <= new and added and all(m == mechanism for m, _ in added):
                     return res.source, {"locus": res.locus, "config": res.config, "added": sorted(map(list, added))}
-    if not shapes.knows(mechanism):
+    if not structural or not shapes.knows(mechanism):
         return None
     # the recognisers first: most kernels are of no shape a rewriter knows, and detection costs more
     res = shapes.structural_rewrite(mechanism, source, shape_config(card), workload)

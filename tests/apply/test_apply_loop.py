@@ -442,7 +442,7 @@ def test_structural_skills_come_first_one_per_step_then_the_sweep(lib):
     wl = load_workload(RMSNORM)
     start = (ROOT / "heldout" / "kernels" / "rmsnorm_naive.cu").read_text()
     run = apply(lib, ShapeAwareGate(store=lib), wl, start, "rmsnorm_naive.cu",
-                ApplyConfig(budget_steps=6, materializers=("rules", "sweep")))
+                ApplyConfig(budget_steps=6, materializers=("rules", "sweep"), structural={"mode": "library"}))
     gated = [s for s in run["steps"] if s["kind"] == "candidate"]
     assert len(gated) == 6 and run["stop_reason"] == "budget_steps"
     kinds = [s["backend"] for s in gated]
@@ -473,3 +473,9 @@ def test_the_random_control_takes_the_same_rewriters_in_a_seeded_order_without_t
     assert sum(1 for s in run["steps"] if s["kind"] == "candidate") <= 4
     with pytest.raises(ValueError, match="structural"):
         ApplyConfig(structural={"mode": "random"})
+    # without structural rewrites (the default), the rules skip what no reoptimize writes, as before
+    off = apply(lib, ShapeAwareGate(store=lib), wl, start, "rmsnorm_naive.cu",
+                ApplyConfig(budget_steps=4, materializers=("rules",)))
+    assert "block_per_row/kernel-structure" in off["summary"]["rules_skipped_structural"]
+    assert not any(s["backend"] == "rules" and s["kind"] == "candidate" and "per_row" in (s["skill"] or "")
+                   for s in off["steps"])
