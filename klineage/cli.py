@@ -742,6 +742,8 @@ def _format_plan(p: dict) -> str:
         if i.get("sweep_space"):
             lines.append(f"      sweep axes ({p['config'].get('sweep_axes', 'source')}): " + "; ".join(
                 f"{k} {'/'.join(str(v) for v in vals)}" for k, vals in i["sweep_space"].items()))
+        for cond, names in i.get("structural_path", {}).items():
+            lines.append(f"      structural rewrites, {cond} (each on the last, if kept): {', '.join(names) or 'none'}")
         for cond, pts in i.get("first_sweep_round", {}).items():
             lines.append(f"      first sweep round, {cond} ({', '.join(pts[0]) if pts else 'no points'}): " + "; ".join(
                 ",".join(str(v) for v in p.values()) for p in pts))
