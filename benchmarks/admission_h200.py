@@ -14,11 +14,14 @@ a CPU machine and measured on the GPU without running the corpus again:
       builds every planned kernel in parallel (one nvcc per core), then evaluates each with the
       corpus run's gate settings ([gate] of the config) and writes DIR/admission_h200.jsonl.gz
       (the records, content-addressed like every other) and DIR/admission_h200.json (the call).
-  bash benchmarks/admission_h200.sh PLAN          (the device call: unpacks the carried site first)
+  the device call, carried with [".whlh", ".whlg"] (benchmarks/device_site.sh h g: flag-gems is the
+  held-out targets' reference) and the plan (an untracked file travels with the working tree):
+      bash benchmarks/device_batch.sh admission \
+          'python3 benchmarks/admission_h200.py --run PLAN --out $W --time-limit 520'
 
-Back on the CPU machine: copy DIR/admission_h200.jsonl.gz into skills_db/evaluations/ and rebuild the
-shipped library from records: `klineage mine --config pipelines/mine.toml --db skills_db/skills.duckdb
---replay` (it must then report no missing evaluation). A plan made before other code changes that
+Back on the CPU machine: `tar -xzf batch.tar.gz`, copy work/admission/admission_h200.jsonl.gz into
+skills_db/evaluations/ and rebuild the shipped library from records: `klineage mine --config
+pipelines/mine.toml --db skills_db/skills.duckdb --replay` (it must then report no missing evaluation). A plan made before other code changes that
 alter the walks or the admission targets is stale: make it again with the code that will replay.
 """
 from __future__ import annotations
@@ -27,7 +30,6 @@ import argparse
 import gzip
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile

@@ -224,3 +224,18 @@ def test_admission_rewrite_audits_the_structural_path():
     got = admit.rewrite_for("block_per_row", src("layernorm"), [])
     assert got is not None and got[1]["added"] == []  # no detector sees it; the recogniser does
     assert admit.rewrite_for("register_cache", add(src("softmax"), "block_per_row"), ["online_softmax"]) is None
+
+
+@pytest.mark.parametrize("edit, why", [
+    (("float sum = 0.0f;", "float sum = 1.0f;"), "starts from '1.0f', not 0"),
+    (("float sum = 0.0f;", "float sum = 0.0f;\n    sum += x[0];"), "written between its declaration and its pass"),
+    (("    out[r] = sum;", "    for (int c = 0; c < cols; ++c) sum += x[(long long)r * cols + c];\n    out[r] = sum;"),
+     "reduced by two passes"),
+    (("sum += x[(long long)r * cols + c];", "{ sum += x[(long long)r * cols + c]; out[c + 1] = sum; }"),
+     "is not a pass over the row"),
+])
+def test_a_row_loop_whose_threads_would_not_compute_the_same_is_refused(edit, why):
+    """Sharing a row changes who computes what: a sum that does not start at zero, an accumulator
+    reduced twice, a column writing what another reads: each refused with its reason."""
+    got = R.RowwiseRewriter().recognise(src("row_sum").replace(*edit))
+    assert isinstance(got, NotApplicable) and why in got.reason, getattr(got, "reason", got)

@@ -56,6 +56,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from klineage.mechanisms.base import Applied, Kernel, NotApplicable, squash
+from klineage.mechanisms.elementwise import _FLAT, _balanced, _norm
 from klineage.mechanisms.shapes.base import Shape, ShapeRewriter, register
 from klineage.parse import syntax
 from klineage.parse.syntax import Edit, walk
@@ -74,35 +75,16 @@ VECTOR_BYTES = 16
 ELEM_BYTES = {"float": 4, "int": 4, "unsigned int": 4, "unsigned": 4, "double": 8, "__nv_bfloat16": 2,
               "nv_bfloat16": 2, "__half": 2, "half": 2}
 _FLOATING = {"float", "double"}
-_FLAT = {"blockIdx.x*blockDim.x+threadIdx.x", "blockDim.x*blockIdx.x+threadIdx.x",
-         "threadIdx.x+blockIdx.x*blockDim.x", "threadIdx.x+blockDim.x*blockIdx.x"}
 _WARP_ROW = "(blockIdx.x * blockDim.x + threadIdx.x) / 32"
 _BLOCK_ROW = "blockIdx.x"
 _TEAM = {"warp": "const int kl_t = threadIdx.x % 32, kl_n = 32;  // the lane, and the lanes sharing a row",
          "block": "const int kl_t = threadIdx.x, kl_n = blockDim.x;  // the thread, and the threads sharing a row"}
-_CAST = re.compile(r"\((?:const\s+)?(?:unsigned|signed|long|int|short|size_t|ptrdiff_t|u?int(?:32|64)_t|\s)+\)")
 _MAX_FNS = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fmin": "min", "min": "min"}
 _EXP_FNS = ("expf", "__expf", "exp")
 _BANNED = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*|__ballot\w*|__any_sync|__all_sync|atomic\w+|"
                      r"cooperative_groups|this_thread_block|__threadfence\w*)\b")
 _HELPER = re.compile(r"\bkl_row_(sum|max|min)\b")
 _KL_WORDS = re.compile(r"\bkl_(?:t|n|nv|u|l|i|x|m|mx|ld\d+|st\d+|rc\d+|tree|part)\b")
-
-
-def _norm(text: str) -> str:
-    t = _CAST.sub("", re.sub(r"\s+", "", text))
-    while t.startswith("(") and t.endswith(")") and _balanced(t[1:-1]):
-        t = t[1:-1]
-    return t
-
-
-def _balanced(t: str) -> bool:
-    depth = 0
-    for ch in t:
-        depth += (ch == "(") - (ch == ")")
-        if depth < 0:
-            return False
-    return depth == 0
 
 
 def _strip(n):
@@ -332,6 +314,8 @@ def _read_kernel(k: Kernel, fn) -> Row:
         raise _NA("no row index `r = blockIdx.x * blockDim.x + threadIdx.x` (one thread per row), nor one this "
                   "rewriter wrote")
     i, rdecl, row, rinit, gran = ri
+    if gran == "thread" and _KL_WORDS.search(_code(k.tree.text_of(fn))):
+        raise _NA(f"the kernel already uses a name this rewriter writes ({_KL_WORDS.search(_code(k.tree.text_of(fn)))[0]})")
     guard = stmts[i + 1] if i + 1 < len(stmts) else None
     rows = _guard(k, guard, row)
     if rows is None or rows not in pnames:
@@ -347,8 +331,8 @@ def _read_kernel(k: Kernel, fn) -> Row:
     ptrs = {p[0]: _elem(p[1]) for p in params if p[2]}
     for st in stmts[:i + 2] + rest:
         if st.type == "declaration":
-            for dn, dt, dp, _ in _top_decl(st):
-                decls[dn] = (st.start_byte, dt)
+            for dn, dt, dp, dv in _top_decl(st):
+                decls[dn] = (st.start_byte, dt, k.tree.text_of(dv) if dv is not None else None)
                 if dp:
                     ptrs[dn] = _elem(dt)
     passes, stores, guarded = [], [], []
@@ -395,6 +379,7 @@ def _read_kernel(k: Kernel, fn) -> Row:
     if cols_name is None:
         raise _NA(f"the passes' bound `{passes[0].cond}` is not `c < COLS`")
     _check_memory(passes, stores, k)
+    _check_accumulators(k, passes, rest, decls)
     helpers, combine = _read_helpers(k)
     data = k.tree.data
     bounds = None
@@ -627,6 +612,29 @@ def _combine_lines(p: Pass) -> list[str]:
     return [f"{a.name} = kl_row_{a.op}({a.name});" for a in p.accs]
 
 
+_ZERO = re.compile(r"\(?\s*(?:\w+\s*\()?\s*0(?:\.0*)?[fFuUlL]*\s*\)?\s*\)?")
+
+
+def _check_accumulators(k: Kernel, passes: list[Pass], rest: list, decls: dict) -> None:
+    """Each accumulator is reduced by one pass, from its declaration, and a sum starts at zero: the
+    row's threads each start from the declared value, so only an identity (0 for a sum; any row
+    value for a max or min, which may be counted more than once) gives the one-thread result."""
+    seen: dict[str, int] = {}
+    for p in passes:
+        accs = [(a.name, a.op) for a in p.accs] + ([(p.online.m, "max"), (p.online.s, "sum")] if p.online else [])
+        for name, op in accs:
+            if name in seen:
+                raise _NA(f"`{name}` is reduced by two passes: the second would add to the row's combined value")
+            seen[name] = p.start
+            pos, _, init = decls[name]
+            if op == "sum" and (init is None or not _ZERO.fullmatch(init.strip())):
+                raise _NA(f"the sum `{name}` starts from {init!r}, not 0: every thread sharing the row would add it")
+            for st in rest:
+                if pos < st.start_byte < p.start and st.type != "for_statement":
+                    if re.search(rf"\b{re.escape(name)}\s*(?:[-+*/%&|^]?=(?!=)|\+\+|--)", _code(k.tree.text_of(st))):
+                        raise _NA(f"`{name}` is written between its declaration and its pass")
+
+
 def _check_memory(passes: list[Pass], stores: list, k: Kernel) -> None:
     written = set().union(*[p.writes for p in passes])
     for p in passes:
@@ -737,7 +745,6 @@ class _VPlan:
 
 def _vector_plan(row: Row, kinds: frozenset) -> _VPlan:
     """Which accesses of which passes go through vectors, and the element count of a unit."""
-    data = row.source.encode()
     chosen: dict[int, list[Access]] = {}
     for i, p in enumerate(row.passes):
         body = _body_statements(row, p)
@@ -760,6 +767,7 @@ def _vector_plan(row: Row, kinds: frozenset) -> _VPlan:
     exprs, per_pass = [], {}
     for i, sel in chosen.items():
         slots = []
+        order = list(dict.fromkeys((b.ptr, b.base, b.kind) for b in sel))
         for a in sel:
             key = (a.ptr, a.base)
             ids = set(re.findall(r"[A-Za-z_]\w*", a.base))
@@ -768,7 +776,7 @@ def _vector_plan(row: Row, kinds: frozenset) -> _VPlan:
                 raise _NA(f"the offset `{a.base}` of `{a.ptr}` is not known before the first pass")
             if key not in exprs:
                 exprs.append(key)
-            slots.append((a, f"kl_{'ld' if a.kind == 'load' else 'st'}{[k for k in dict.fromkeys((b.ptr, b.base, b.kind) for b in sel)].index((a.ptr, a.base, a.kind))}"))
+            slots.append((a, f"kl_{'ld' if a.kind == 'load' else 'st'}{order.index((a.ptr, a.base, a.kind))}"))
         per_pass[i] = slots
     ctype = _elem(_params_of(row).get(row.cols, "int")) or "int"
     return _VPlan(vec, per_pass, exprs, ctype)
@@ -956,7 +964,7 @@ def _check_region(row: Row, start: int, end: int) -> None:
     """The region the cache duplicates declares nothing the code after it uses."""
     data = row.source.encode()
     after = _code(data[end:].decode())
-    for name, (pos, _) in row.decls.items():
+    for name, (pos, *_) in row.decls.items():
         if start <= pos < end and re.search(rf"\b{re.escape(name)}\b", after.split("\n}", 1)[0]):
             raise _NA(f"`{name}` is declared between the cached passes and used after them")
 
@@ -1112,7 +1120,7 @@ def _combine_expr(op: str, fn: str, a: str, b: str) -> str:
 def _helper(op: str, ctype: str, fn: str, gran: str, combine: str) -> str:
     name, u = f"kl_row_{op}", "    "
     head = f"__device__ __forceinline__ {ctype} {name}({ctype} v) {{"
-    step = (f"v += __shfl_xor_sync(0xffffffffu, v, o);" if op == "sum"
+    step = ("v += __shfl_xor_sync(0xffffffffu, v, o);" if op == "sum"
             else f"v = {fn}(v, __shfl_xor_sync(0xffffffffu, v, o));")
     if gran == "warp" and combine == "tree":
         body = ["// the warp's 32 lanes meet in a shared-memory tree (the warp's own 32 slots)",
