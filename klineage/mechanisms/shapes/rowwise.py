@@ -84,7 +84,7 @@ _EXP_FNS = ("expf", "__expf", "exp")
 _BANNED = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*|__ballot\w*|__any_sync|__all_sync|atomic\w+|"
                      r"cooperative_groups|this_thread_block|__threadfence\w*)\b")
 _HELPER = re.compile(r"\bkl_row_(sum|max|min)\b")
-_KL_WORDS = re.compile(r"\bkl_(?:t|n|nv|u|l|i|x|m|mx|ld\d+|st\d+|rc\d+|tree|part)\b")
+_KL_WORDS = re.compile(r"\bkl_(?:t|n|nv|u|l|i|mx|ld\d+|st\d+|rc\d+|tree|part)\b")  # (kl_x, kl_m: an online pass's own)
 
 
 def _strip(n):
