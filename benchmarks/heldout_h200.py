@@ -182,37 +182,40 @@ def _structural_instance(args) -> list[tuple[str, tuple[str, ...]]]:
     return list(jobs)
 
 
-def _structural_build(root, names, cfg, library, sources, workers):
-    """In a process of its own: every instance's structural jobs, computed by `workers` processes,
-    each compiled as soon as it is known (into the build cache the run reads)."""
-    from concurrent.futures import ProcessPoolExecutor
+def _structural_build(root, names, cfg, library, sources, threads):
+    """In a process of its own: the structural jobs of the instances `names`, each instance's compiled
+    (by `threads` nvcc at a time, into the build cache the run reads) as soon as it is known."""
     from klineage.gate.compile import compile_kernel
-    with ProcessPoolExecutor(max_workers=workers) as procs, ThreadPoolExecutor(max_workers=workers) as pool:
-        for jobs in procs.map(_structural_instance, [(root, n, cfg, library, sources) for n in names]):
-            for src, flags in jobs:
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for n in names:
+            for src, flags in _structural_instance((root, n, cfg, library, sources)):
                 pool.submit(compile_kernel, src, extra_flags=flags)
 
 
 class StructuralBuild:
     """With `structural`, the kernels of the structural rewrites each searching condition gates if it
-    keeps them, and the first sweep round after them, built beside the run by a process of their own
+    keeps them, and the first sweep round after them, built beside the run by processes of their own
     (working them out takes the recognisers and detectors a while per instance; the run does not
     wait for them, and builds itself what it reaches first)."""
 
     def __init__(self, root, instances, cfg, library, sources):
         import multiprocessing
-        self.workers = max(1, ((os.cpu_count() or 1) - 4) // 2)
-        self.proc = multiprocessing.get_context("spawn").Process(
-            target=_structural_build, args=(root, [i.name for i in instances], cfg, library, sources, self.workers),
-            daemon=True)
-        self.proc.start()
+        ctx = multiprocessing.get_context("spawn")
+        self.workers = max(1, min(len(instances), ((os.cpu_count() or 1) - 4) // 2))
+        names = [i.name for i in instances]
+        self.procs = [ctx.Process(target=_structural_build, daemon=True,
+                                  args=(root, names[k::self.workers], cfg, library, sources, 2))
+                      for k in range(self.workers)]
+        for p in self.procs:
+            p.start()
         self.t0 = time.perf_counter()
 
     def stop(self) -> dict:
-        done = not self.proc.is_alive()
-        if not done:
-            self.proc.terminate()
-        return {"structural": True, "finished": done, "workers": self.workers,
+        done = sum(not p.is_alive() for p in self.procs)
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        return {"structural": True, "processes": self.workers, "finished": done,
                 "wall_s_at_stop": round(time.perf_counter() - self.t0, 1)}
 
 
