@@ -243,10 +243,11 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                     queue += [("sweep", c, None) for _, c in keyed]
                     swept.update(k for k, _ in keyed)
                 continue
-            for c in ([] if backend == "rules" and cfg.structural is not None else retrieval["candidates"]):
+            random_rules = backend == "rules" and (cfg.structural or {}).get("mode") == "random"
+            for c in ([] if random_rules else retrieval["candidates"]):  # the random control: no library
                 if (bh, backend + c["skill_id"]) in tried:
                     continue
-                if backend == "rules" and _structural(c["mechanism"], cfg):
+                if backend == "rules" and _structural(c["mechanism"]):
                     structural.add(c["name"])  # no forward rewrite exists: only the llm backend can write it
                     continue
                 queue.append((backend, None, c))
@@ -339,13 +340,11 @@ def _config_keys(source: str):
     return lambda point: (fam, tuple(sorted({**tun, **point}.items())))
 
 
-def _structural(mechanism: str, cfg: ApplyConfig) -> bool:
-    """Whether the rules backend has no rewrite of `mechanism` (only the llm backend can write it):
-    no reoptimize in its family, and, with structural rewrites on, no shape rewriter either."""
-    from klineage.lineage.admit import has_forward_rewrite
+def _structural(mechanism: str) -> bool:
+    """Whether the rules backend's queue passes `mechanism` over: no reoptimize in its family. A shape
+    rewriter's skills come through _next_structural instead, first, where one recognises the kernel
+    (so a kernel no shape rewriter reads is searched as it was without them)."""
     from klineage.mechanisms import registry
-    if cfg.structural is not None:
-        return not has_forward_rewrite(mechanism)
     m = registry().get(mechanism)
     return m is None or bool(m.STRUCTURAL)
 
