@@ -437,6 +437,10 @@ def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None
               help="How the sweep counts its grid when it picks its axes: every configuration, or only those "
                    "nvcc's front end accepts (the kernel's static checks; needs nvcc), which the sweep then "
                    "proposes alone.")
+@click.option("--structural", type=click.Choice(["library", "off"]), default="library", show_default=True,
+              help="Structural skills (a shape rewriter's: a warp or block per row, shuffles, online softmax, "
+                   "tiling ...) in the rules backend, the retrieved ones first, one per step before any sweep "
+                   "point; off: only what a mechanism family's reoptimize writes.")
 @click.option("--model", default=None, help="Model id for --materializer llm (default claude-sonnet-4-5).")
 @click.option("--base-url", default=None, help="An OpenAI-compatible server for --materializer llm (e.g. a local one).")
 @click.option("--dry-run", is_flag=True, help="With llm: print the exact first prompt and its cost estimate; send nothing.")
@@ -448,7 +452,7 @@ def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None
 @click.pass_context
 @library_errors
 def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_steps, budget_usd, budget_s, admission,
-              sweep_axes, model, base_url, dry_run, replay, out_dir, quiet, as_json):
+              sweep_axes, structural, model, base_url, dry_run, replay, out_dir, quiet, as_json):
     """Retrieve skills for a new kernel and apply them one at a time behind the gate.
 
     \b
@@ -466,7 +470,8 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
     start = read_source(start_path)
     mats = tuple(materializers) or ("rules", "sweep")
     cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
-                      admission=admission == "on", model=model, sweep_axes=sweep_axes)
+                      admission=admission == "on", model=model, sweep_axes=sweep_axes,
+                      structural={"mode": "library"} if structural == "library" else None)
     llm = _make_llm(mats, model, base_url, budget_usd, dry_run)
     if llm is not None:
         if dry_run:
@@ -709,7 +714,10 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
               help="Reference: auto (the primary FlagGems kernel; its VENDOR_FALLBACK when the primary fails while "
                    "timing the idiom kernel), or force one (default auto).")
 @click.option("--admission", type=click.Choice(["on", "off"]), default=None,
-              help="Retrieve only admitted skills (default off).")
+              help="Retrieve only admitted skills (default on).")
+@click.option("--structural", type=click.Choice(["on", "off"]), default=None,
+              help="Structural rewrites before sweeping, one arm from the naive start of a reduction (else the "
+                   "idiom kernel); control-random takes the same rewriters in a seeded random order (default off).")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @click.option("--records", multiple=True, type=click.Path(exists=True, path_type=Path),
               help="With --replay: record files or folders (*.jsonl, *.jsonl.gz) to import first (repeatable; "
@@ -724,7 +732,7 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
 @library_errors
 def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, final_rounds, sweep_rounds, sweep_axes,
                 families, names,
-                vendor, admission, replay, records, model, budget_usd, dry_run, quiet, as_json):
+                vendor, admission, structural, replay, records, model, budget_usd, dry_run, quiet, as_json):
     """Run every held-out instance (ROOT, default heldout/) under the conditions idiom, skills,
     control-random, control-foreign and llm, and report speedups over the reference with 95%
     intervals, geomeans with failures counted, and a memorization audit. Resumes a killed run;
@@ -745,6 +753,8 @@ def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, f
                               ("model", model), ("budget_usd", budget_usd)) if v is not None}
     if admission is not None:
         over["admission"] = admission == "on"
+    if structural is not None:
+        over["structural"] = structural == "on"
     if conditions:
         over["conditions"] = tuple(_split(conditions))
     try:
@@ -791,6 +801,8 @@ def _format_plan(p: dict) -> str:
         if i.get("sweep_space"):
             lines.append(f"      sweep axes ({p['config'].get('sweep_axes', 'source')}): " + "; ".join(
                 f"{k} {'/'.join(str(v) for v in vals)}" for k, vals in i["sweep_space"].items()))
+        for cond, names in i.get("structural_path", {}).items():
+            lines.append(f"      structural rewrites, {cond} (each on the last, if kept): {', '.join(names) or 'none'}")
         for cond, pts in i.get("first_sweep_round", {}).items():
             lines.append(f"      first sweep round, {cond} ({', '.join(pts[0]) if pts else 'no points'}): " + "; ".join(
                 ",".join(str(v) for v in p.values()) for p in pts))

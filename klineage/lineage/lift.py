@@ -251,6 +251,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
         }
         example_text = ", ".join(f"{k}={v}" for k, v in list(examples[0].items())[:3]) if examples else ""
         card["intent"] = render("intent.j2", description=description[:1].upper() + description[1:], anchor=anchor, examples=example_text,
+                                claim=effect_claim(med),
                                 cases=", ".join(cases), median=med, n=len(ts), spread=spread, case_range=case_range,
                                 platforms=", ".join(platforms) or "no measured platform").strip()
         check_contract(card, ts)
@@ -282,11 +283,22 @@ def apply_admission(card: dict, verdict: dict) -> None:
     """Put an admission verdict into a card: its status, its trials in the verification log, the
     failures it met as risks."""
     card["admission"] = {"status": verdict["status"], "reason": verdict["reason"], "trials": verdict["trials"]}
+    if verdict.get("claim"):
+        card["admission"]["claim"] = verdict["claim"]
     card["verification"] = [v for v in card["verification"] if v.get("kind") != "admission"] + [
         dict(t, kind="admission") for t in verdict["trials"]]
     if verdict["risks"]:
         card["risks"] = [r for r in card["risks"] if r.get("kind") != "roundtrip"] + verdict["risks"]
         card["risks_empty_reason"] = ""
+
+
+CLAIM_FASTER, CLAIM_SLOWER = 1.005, 0.995
+
+
+def effect_claim(median: float) -> str:
+    """The effect a card states of itself, from its median measured speedup (what its intent says):
+    faster at >= CLAIM_FASTER, slower at <= CLAIM_SLOWER, neutral (no measurable difference) between."""
+    return "faster" if median >= CLAIM_FASTER else ("neutral" if median > CLAIM_SLOWER else "slower")
 
 
 def effect_label(trial_speedups: list[float], floor: float = 0.01) -> str:
