@@ -78,12 +78,34 @@ def test_replayed_library_is_the_one_the_h200_run_stored(replayed):
         [(l["workload_name"], l["proposer"]) for l in device["lineages"]]
     assert mine["lineages"] == device["lineages"]
     # the cards' measured configuration came after that run (it reads the kernel sources, measures
-    # nothing): everything else is what the H200 stored
-    assert [_before_measured_configuration(s) for s in mine["skills"]] == device["skills"]
+    # nothing), and so did the admission rule (the effect a card states, reproduced on another
+    # workload): its verdicts are read again from the same recorded trials. Everything else is what
+    # the H200 stored
+    assert [_without_admission_verdict(_before_measured_configuration(s)) for s in mine["skills"]] == \
+        [_without_admission_verdict(s) for s in device["skills"]]
     assert all("measured_configuration" not in s["card"]["carrier"] for s in device["skills"])
+    measured = ("workload", "base_hash", "kernel_hash", "base_origin", "status", "eval_key")
+    for got, want in zip(mine["skills"], device["skills"]):
+        g, w = got["card"]["admission"]["trials"], want["card"]["admission"]["trials"]
+        assert [{k: t.get(k) for k in measured} for t in g] == [{k: t.get(k) for k in measured} for t in w], got["name"]
+        assert [[(c["shape"], c["trial_speedups"]) for c in t.get("cases", [])] for t in g] == \
+            [[(c["shape"], c["trial_speedups"]) for c in t.get("cases", [])] for t in w], got["name"]
 
 
 MEASURED_MD = re.compile(r"Measured at \(the tuning constants[^\n]*\n(?:- [^\n]*\n)*")
+
+
+ADMISSION_MD = re.compile(r"- admission roundtrip on [^\n]*\n|## Admission\n[^\n]*\n")
+
+
+def _without_admission_verdict(skill: dict) -> dict:
+    """A skill without its admission verdict (status, reason, trials and their lines in the text),
+    which admission reads from the recorded trials by the rule of klineage.lineage.admit."""
+    out = json.loads(json.dumps(skill))
+    out["card"].pop("admission", None)
+    out["card"]["verification"] = [v for v in out["card"]["verification"] if v.get("kind") != "admission"]
+    out["card_md"] = ADMISSION_MD.sub("", out["card_md"])
+    return out
 
 
 def _before_measured_configuration(skill: dict) -> dict:

@@ -78,10 +78,11 @@ def candidate_kernels(wl: Workload, states: list[tuple[str, str]], starts: list[
     return out
 
 
-def has_forward_rewrite(mechanism: str) -> bool:
-    """Whether some rewrite adds `mechanism`: its family's reoptimize, or a shape rewriter."""
+def has_forward_rewrite(mechanism: str, structural: bool = True) -> bool:
+    """Whether some rewrite adds `mechanism`: its family's reoptimize, or (with `structural`) a shape
+    rewriter."""
     m = registry().get(mechanism)
-    return (m is not None and not m.STRUCTURAL) or shapes.knows(mechanism)
+    return (m is not None and not m.STRUCTURAL) or (structural and shapes.knows(mechanism))
 
 
 def shape_config(card: dict | None) -> dict:
@@ -142,11 +143,11 @@ def _ladder(source: str, skip: str, workload) -> list[tuple[str, list[str]]]:
     return _LADDERS[key]
 
 
-def _targets_of(tgts: list[Target], mechanism: str):
-    """A workload's target kernels for `mechanism`: its listed ones, then the kernels its first start
-    reaches along the shape rewriters' ladders (without `mechanism`)."""
+def _targets_of(tgts: list[Target], mechanism: str, structural: bool = True):
+    """A workload's target kernels for `mechanism`: its listed ones, then (with `structural`) the
+    kernels its first start reaches along the shape rewriters' ladders (without `mechanism`)."""
     yield from tgts
-    if tgts and shapes.knows(mechanism):
+    if tgts and structural and shapes.knows(mechanism):
         first = tgts[0]
         seen = {kernel_hash(t.source) for t in tgts}
         for src, added in _ladder(first.source, mechanism, first.workload):
@@ -183,10 +184,10 @@ CLAIM_TEXT = {"faster": "faster", "neutral": "no measurable difference", "slower
 
 
 def admit_skill(card: dict, targets_by_workload: dict[str, list[Target]], gate: Gate, replay: bool = False,
-                missing: list | None = None) -> dict:
+                missing: list | None = None, structural: bool = True) -> dict:
     """The admission verdict of one skill card: {"status", "claim", "trials", "risks", "reason"}."""
     mech = card["mechanism"]
-    if not has_forward_rewrite(mech):
+    if not has_forward_rewrite(mech, structural):
         return {"status": "pending", "trials": [], "risks": [],
                 "reason": "no forward rewrite for this mechanism yet: a materializer (apply stage) will roundtrip it"}
     median = (card.get("effects") or {}).get("median_speedup")
@@ -203,9 +204,9 @@ def admit_skill(card: dict, targets_by_workload: dict[str, list[Target]], gate: 
     for wname in sorted(targets_by_workload):
         if wname in sources or tried >= MAX_TARGETS:
             continue
-        for tgt in _targets_of(targets_by_workload[wname], mech):
+        for tgt in _targets_of(targets_by_workload[wname], mech, structural):
             got = rewrite_for(mech, tgt.source, requires, examples[0] if examples else None, card=card,
-                              workload=tgt.workload)
+                              workload=tgt.workload, structural=structural)
             if got is None:
                 continue
             new_src, how = got

@@ -37,8 +37,13 @@ class AnalysisConfig:
     static: bool = True
     scope: bool = True
     admission: bool = True
+    # which forward rewrites admission tries: "structural" (the families' reoptimize rewrites and the
+    # shape rewriters, on the mined workloads, the held-out instances and the apply workloads) or
+    # "mechanical" (the families' reoptimize rewrites on the mined workloads' kernels only)
+    admission_rewrites: str = "structural"
 
-    KEYS = ("rounds", "probes", "static", "scope", "admission")
+    KEYS = ("rounds", "probes", "static", "scope", "admission", "admission_rewrites")
+    ADMISSION_REWRITES = ("structural", "mechanical")
 
 
 @dataclass
@@ -194,9 +199,10 @@ def admission_workloads(root: Path | None = None) -> dict[str, tuple[Workload, l
 
 def run_admission(skills: list[dict], transitions: list[dict], source_of: Callable[[str], str | None],
                   gate: Gate, workloads: dict[str, Workload], an: Analysis, replay: bool = False,
-                  executor=None) -> None:
+                  executor=None, rewrites: str = "structural") -> None:
     """Admission verdicts for every skill card, into an.admission (with an `executor`, the skills
-    run as concurrent units, merged in skill order)."""
+    run as concurrent units, merged in skill order); `rewrites` as AnalysisConfig.admission_rewrites."""
+    structural = rewrites == "structural"
     rec_gate = _Recording(gate, an.evaluations)
     states: dict[str, list[tuple[str, str]]] = {}
     by_lineage: dict[str, list[dict]] = {}
@@ -211,12 +217,13 @@ def run_admission(skills: list[dict], transitions: list[dict], source_of: Callab
             if src is not None:
                 states.setdefault(wname, []).append((src, f"{wname} state {h[:12]}"))
     targets = {name: admit_mod.candidate_kernels(wl, states.get(name, [])) for name, wl in sorted(workloads.items())}
-    for name, (wl, starts) in admission_workloads().items():
+    for name, (wl, starts) in (admission_workloads() if structural else {}).items():
         targets.setdefault(name, admit_mod.candidate_kernels(wl, [], starts))
 
     def one(s: dict) -> tuple[dict, list]:
         missing: list[dict] = []
-        return admit_mod.admit_skill(s["card"], targets, rec_gate, replay=replay, missing=missing), missing
+        return admit_mod.admit_skill(s["card"], targets, rec_gate, replay=replay, missing=missing,
+                                     structural=structural), missing
 
     for s, (verdict, missing) in zip(skills, map(one, skills) if executor is None else executor.map(one, skills)):
         an.admission[s["skill_id"]] = verdict

@@ -120,6 +120,11 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
         if bad:
             raise MineConfigError(f"{path}: unknown key analysis.{bad[0]} (allowed: {', '.join(AnalysisConfig.KEYS)})")
         for k, v in ana.items():
+            if k == "admission_rewrites":
+                if v not in AnalysisConfig.ADMISSION_REWRITES:
+                    raise MineConfigError(f"{path}: analysis.{k} = {v!r}: expected one of "
+                                          + ", ".join(f'"{x}"' for x in AnalysisConfig.ADMISSION_REWRITES))
+                continue
             want = int if k == "rounds" else bool
             if type(v) is not want or (k == "rounds" and not 1 <= v <= 5):
                 raise MineConfigError(f"{path}: analysis.{k} = {v!r}: expected "
@@ -191,7 +196,8 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
                                        executor=executor)
         if run.analysis.admission:
             draft = lift(transitions, rejections, source_of, analysis)
-            run_admission(draft, transitions, source_of, gate, workloads, analysis, replay, executor=executor)
+            run_admission(draft, transitions, source_of, gate, workloads, analysis, replay, executor=executor,
+                          rewrites=run.analysis.admission_rewrites)
         evals += analysis.evaluations
         summary["missing"] += analysis.missing
     skills = lift(transitions, rejections, source_of, analysis)
