@@ -19,9 +19,11 @@ a CPU machine and measured on the GPU without running the corpus again:
       bash benchmarks/device_batch.sh admission \
           'python3 benchmarks/admission_h200.py --run PLAN --out $W --time-limit 520'
 
-Back on the CPU machine: `tar -xzf batch.tar.gz`, copy work/admission/admission_h200.jsonl.gz into
-skills_db/evaluations/ and rebuild the shipped library from records: `klineage mine --config
-pipelines/mine.toml --db skills_db/skills.duckdb --replay` (it must then report no missing evaluation). A plan made before other code changes that
+The plan lists the trials of `admission_rewrites = "structural"` whatever the config says. Back on
+the CPU machine: `tar -xzf batch.tar.gz`, copy work/admission/admission_h200.jsonl.gz into
+skills_db/evaluations/, set `admission_rewrites = "structural"` in pipelines/mine.toml and rebuild
+the shipped library from records: `klineage run pipelines/mine.toml --db skills_db/skills.duckdb
+--replay` into a removed skills.duckdb (it must then report no missing evaluation). A plan made before other code changes that
 alter the walks or the admission targets is stale: make it again with the code that will replay.
 """
 from __future__ import annotations
@@ -88,6 +90,8 @@ def make_plan(config: Path, out: Path) -> int:
 
     t0 = time.perf_counter()
     run, _ = load_config(config)
+    if run.analysis is not None:  # the trials to measure are the structural ones, whatever the config replays
+        run.analysis.admission_rewrites = "structural"
     sink: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = open_store(Path(tmp) / "plan.duckdb")
