@@ -23,9 +23,32 @@ def json_option(fn):
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(fn)
 
 
-def db_option(fn):
-    return click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                        help="DuckDB file (default $KLINEAGE_DB or ./klineage.duckdb).")(fn)
+@dataclasses.dataclass(frozen=True)
+class DbTarget:
+    """The --db value with how its command opens it: "read" (it must exist; opened read-only, no
+    migration), "extend" (it must exist; written), "create" (created with its folders if missing) or
+    "rebuild" (as create; mine and run, the commands that build a library, the only ones that may
+    write the shipped one)."""
+    path: Path | None  # None: the default, $KLINEAGE_DB or ./klineage.duckdb
+    mode: str
+
+
+_DB_HELP = {
+    "read": "An existing DuckDB file, opened read-only (default $KLINEAGE_DB or ./klineage.duckdb).",
+    "extend": "An existing DuckDB file holding a skill library, e.g. a copy of skills_db/skills.duckdb "
+              "(default $KLINEAGE_DB or ./klineage.duckdb).",
+    "create": "DuckDB file, created with its folders when missing (default $KLINEAGE_DB or ./klineage.duckdb).",
+}
+_DB_HELP["rebuild"] = _DB_HELP["create"]
+
+
+def db_option(fn=None, *, mode: str = "read"):
+    """The shared --db option; `@db_option` for commands that read, `@db_option(mode=...)` for those
+    that write ("create" or "extend"). The command receives a DbTarget for _open_store."""
+    def deco(f):
+        return click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                            callback=lambda _ctx, _param, value: DbTarget(value, mode), help=_DB_HELP[mode])(f)
+    return deco(fn) if fn is not None else deco
 
 
 def arch_option(fn):
@@ -95,9 +118,23 @@ class _Main(click.Group):
                                        "(run again with --debug for the traceback, and report it)") from exc
 
 
-def _open_store(db_path: Path | None):
-    from klineage.store import open_store
-    return open_store(db_path or settings.default_db())
+def _open_store(db: DbTarget):
+    """The command's database, opened as its --db option says; a missing one is created only by a
+    command that writes ("create"), else one line naming the fix (exit 2) and nothing is made."""
+    from klineage.errors import StoreError
+    from klineage.store import MissingDatabaseError, open_store
+    path = db.path or settings.default_db()
+    if db.mode in ("extend", "create") and path.resolve() == settings.shipped_library().resolve():
+        raise StoreError(f"{path} is the shipped library, which only mine and run (rebuilding it) write: copy it "
+                         f"(cp {path} lib.duckdb) and pass --db lib.duckdb")
+    try:
+        return open_store(path, read_only=db.mode == "read", create=db.mode in ("create", "rebuild"))
+    except MissingDatabaseError:
+        where = "" if db.path else " (the default: $KLINEAGE_DB or ./klineage.duckdb)"
+        fix = ("; klineage mine, run, gate and evals import create one" if db.mode == "read"
+               else " (a copy of it: this command writes to it)")
+        raise StoreError(f"no database at {path}{where}: pass --db with an existing one, e.g. "
+                         f"--db skills_db/skills.duckdb for the shipped library{fix}") from None
 
 
 def toolchain_facts() -> dict:
@@ -163,7 +200,7 @@ def toolchain(as_json):
 @click.argument("kernels", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--workload", "workload_dir", type=click.Path(exists=True, path_type=Path), default=None,
               help="Workload folder (default: the nearest folder above the kernel holding workload.py).")
-@db_option
+@db_option(mode="create")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @click.option("--remeasure", is_flag=True, help="Measure again even if an identical evaluation is stored.")
 @click.option("--shapes", type=click.Choice(["all", "benchmark"]), default="all",
@@ -354,7 +391,7 @@ def evals_list(db_path, status, limit, as_json):
 
 @evals_group.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@db_option
+@db_option(mode="create")
 @library_errors
 def evals_import(files, db_path):
     """Import evaluation records (JSON Lines) into the database."""
@@ -428,7 +465,7 @@ class _MineProgress:
 
 @main.command("mine")
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
-@db_option
+@db_option(mode="rebuild")
 @click.option("--proposer", type=click.Choice(["rules", "versions", "llm"]), default="rules", show_default=True,
               help="How backward steps are proposed.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -440,7 +477,12 @@ class _MineProgress:
 @click.option("--model", default=None, help="Model id for --proposer llm (default claude-sonnet-4-5).")
 @click.option("--base-url", default=None, help="An OpenAI-compatible server for --proposer llm.")
 @click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most (--proposer llm).")
-@click.option("--dry-run", is_flag=True, help="With --proposer llm: print the first prompt and its cost estimate; send nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Walk with compile-only gating (guard and nvcc; a kernel that builds is assumed to pass, nothing "
+                   "runs) and print every proposal with the audit's verdict and reason; needs no GPU, stores nothing. "
+                   "With --proposer llm the model is asked as in a real walk.")
+@click.option("--prompt-only", is_flag=True,
+              help="With --proposer llm: print the first prompt and its cost estimate; send nothing.")
 @click.option("--executor", "executor_name", type=click.Choice(["serial", "local", "ray"]), default="serial",
               show_default=True,
               help="Where compiles and gate evaluations run: serial (this process, one at a time), local (one gate "
@@ -454,11 +496,11 @@ class _MineProgress:
 @json_option
 @library_errors
 def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, replay, quiet, model, base_url,
-             budget_usd, dry_run, executor_name, ray_address, check_builds, arch, as_json):
+             budget_usd, dry_run, prompt_only, executor_name, ray_address, check_builds, arch, as_json):
     """Walk expert kernels backward and lift every accepted step into a skill."""
     import dataclasses
 
-    from klineage.lineage.mine import MineRun, load_config, targets_for
+    from klineage.lineage.mine import MineRun, check_ladders, load_config, targets_for
 
     if config_path:
         run, _raw = load_config(config_path)
@@ -474,16 +516,33 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
     over = {k: v for k, v in (("max_steps", max_steps), ("max_rejections", max_rejections)) if v is not None}
     if over:
         run.limits = dataclasses.replace(run.limits, **over)
+    check_ladders(run)  # a bad ladder declaration is an error before anything is built or stored
+    if dry_run and (replay or prompt_only):
+        raise click.BadParameter("a dry run gates nothing: leave out --replay and --prompt-only", param_hint="--dry-run")
     llm = None
     if any(t.proposer == "llm" for t in run.targets):
-        llm = _make_llm(("llm",), model, base_url, budget_usd, dry_run)
-        if dry_run:
+        llm = _make_llm(("llm",), model, base_url, budget_usd, prompt_only)
+        if prompt_only:
             from klineage.lineage.llm_proposer import LLMProposer
             from klineage.mechanisms import detect_all
             tgt = next(t for t in run.targets if t.proposer == "llm")
             src = read_source(tgt.start)
             _echo_preview(llm.preview(*LLMProposer(llm).prompt(src, detect_all(src), None)), as_json)
             return
+    elif prompt_only:
+        raise click.BadParameter("--prompt-only previews the llm proposer's prompt: add --proposer llm",
+                                 param_hint="--prompt-only")
+    if dry_run:
+        from klineage.lineage.mine import dry_run as dry_walk, format_dry_run
+        progress = _Progress(quiet or as_json)
+        try:
+            out = dry_walk(run, progress=progress, llm=llm)
+        finally:
+            progress.done()
+        if llm is not None:
+            out["llm"] = {"model": llm.model, "calls": len(llm.exchanges), "spent_usd": round(llm.spent_usd, 6)}
+        click.echo(json.dumps(out, indent=1, default=str) if as_json else format_dry_run(out))
+        return
     if ray_address and executor_name != "ray":
         raise click.BadParameter("--ray-address needs --executor ray", param_hint="--ray-address")
     from klineage.exec import make_executor
@@ -526,7 +585,7 @@ def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None
               help="Workload folder of the new kernel (its workload.py).")
 @click.option("--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="The starting kernel (.cu) to make faster.")
-@db_option
+@db_option(mode="extend")
 @click.option("--materializer", "materializers", multiple=True, type=click.Choice(["rules", "sweep", "llm"]),
               help="Backends to use, in order (repeat the option; default: rules and sweep).")
 @click.option("--budget-steps", type=int, default=16, show_default=True, help="Gate evaluations of candidates at most.")
@@ -538,6 +597,10 @@ def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None
               help="How the sweep counts its grid when it picks its axes: every configuration, or only those "
                    "nvcc's front end accepts (the kernel's static checks; needs nvcc), which the sweep then "
                    "proposes alone.")
+@click.option("--structural", type=click.Choice(["library", "off"]), default="library", show_default=True,
+              help="Structural skills (a shape rewriter's: a warp or block per row, shuffles, online softmax, "
+                   "tiling ...) in the rules backend, the retrieved ones first, one per step before any sweep "
+                   "point; off: only what a mechanism family's reoptimize writes.")
 @click.option("--model", default=None, help="Model id for --materializer llm (default claude-sonnet-4-5).")
 @click.option("--base-url", default=None, help="An OpenAI-compatible server for --materializer llm (e.g. a local one).")
 @click.option("--dry-run", is_flag=True,
@@ -552,7 +615,7 @@ def _execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None
 @click.pass_context
 @library_errors
 def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_steps, budget_usd, budget_s, admission,
-              sweep_axes, model, base_url, dry_run, replay, arch, out_dir, quiet, as_json):
+              sweep_axes, structural, model, base_url, dry_run, replay, arch, out_dir, quiet, as_json):
     """Retrieve skills for a new kernel and apply them one at a time behind the gate.
 
     \b
@@ -574,7 +637,8 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
     start = read_source(start_path)
     mats = tuple(materializers) or ("rules", "sweep")
     cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
-                      admission=admission == "on", model=model, sweep_axes=sweep_axes)
+                      admission=admission == "on", model=model, sweep_axes=sweep_axes,
+                      structural={"mode": "library"} if structural == "library" else None)
     llm = _make_llm(mats, model, base_url, budget_usd, dry_run)
     gate_config = None if arch is None else GateConfig(arch=arch)
     if dry_run:
@@ -713,7 +777,7 @@ def _execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, g
         import_recorded(store)
     if not store.skills():
         raise click.ClickException(f"no skills in {store.path}: mine first (klineage mine --config pipelines/mine.toml) "
-                                   "or pass --db skills_db/skills.duckdb")
+                                   "or pass --db with a copy of skills_db/skills.duckdb")
     gate = Gate(store, gate_config)
     progress = _ApplyProgress(quiet, f"apply {wl.name}", cfg.budget_steps)
     try:
@@ -725,7 +789,7 @@ def _execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, g
 
 @main.command("run")
 @click.argument("pipeline", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@db_option
+@db_option(mode="rebuild")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @arch_option
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
@@ -890,7 +954,7 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
 
 @main.command("heldout")
 @click.argument("root", required=False, type=click.Path(file_okay=False, path_type=Path))
-@db_option
+@db_option(mode="create")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="A held-out pipeline (pipelines/heldout.toml): its [heldout] and [gate] tables; options given "
                    "here override it.")
@@ -915,7 +979,10 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
               help="Reference: auto (the primary FlagGems kernel; its VENDOR_FALLBACK when the primary fails while "
                    "timing the idiom kernel), or force one (default auto).")
 @click.option("--admission", type=click.Choice(["on", "off"]), default=None,
-              help="Retrieve only admitted skills (default off).")
+              help="Retrieve only admitted skills (default on).")
+@click.option("--structural", type=click.Choice(["on", "off"]), default=None,
+              help="Structural rewrites before sweeping, one arm from the naive start of a reduction (else the "
+                   "idiom kernel); control-random takes the same rewriters in a seeded random order (default off).")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @click.option("--records", multiple=True, type=click.Path(exists=True, path_type=Path),
               help="With --replay: record files or folders (*.jsonl, *.jsonl.gz) to import first (repeatable; "
@@ -930,7 +997,7 @@ def _execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=
 @library_errors
 def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, final_rounds, sweep_rounds, sweep_axes,
                 families, names,
-                vendor, admission, replay, records, model, budget_usd, dry_run, quiet, as_json):
+                vendor, admission, structural, replay, records, model, budget_usd, dry_run, quiet, as_json):
     """Run every held-out instance (ROOT, default heldout/) under the conditions idiom, skills,
     control-random, control-foreign and llm, and report speedups over the reference with 95%
     intervals, geomeans with failures counted, and a memorization audit. Resumes a killed run;
@@ -951,6 +1018,8 @@ def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, f
                               ("model", model), ("budget_usd", budget_usd)) if v is not None}
     if admission is not None:
         over["admission"] = admission == "on"
+    if structural is not None:
+        over["structural"] = structural == "on"
     if conditions:
         over["conditions"] = tuple(_split(conditions))
     try:
@@ -997,6 +1066,8 @@ def _format_plan(p: dict) -> str:
         if i.get("sweep_space"):
             lines.append(f"      sweep axes ({p['config'].get('sweep_axes', 'source')}): " + "; ".join(
                 f"{k} {'/'.join(str(v) for v in vals)}" for k, vals in i["sweep_space"].items()))
+        for cond, names in i.get("structural_path", {}).items():
+            lines.append(f"      structural rewrites, {cond} (each on the last, if kept): {', '.join(names) or 'none'}")
         for cond, pts in i.get("first_sweep_round", {}).items():
             lines.append(f"      first sweep round, {cond} ({', '.join(pts[0]) if pts else 'no points'}): " + "; ".join(
                 ",".join(str(v) for v in p.values()) for p in pts))
@@ -1105,7 +1176,7 @@ def baseline_group():
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Take the timing settings from a run configuration's [gate] table (e.g. pipelines/mine.toml).")
 @arch_option
-@db_option
+@db_option(mode="create")
 @json_option
 @library_errors
 def baseline_run(method, workload_dir, start_path, budget_usd, max_iters, budget_s, model, base_url, seed, dry_run,

@@ -1,11 +1,12 @@
 """The README works as printed, on a CPU machine: in a fresh clone of this repository and a fresh
 database, its main command (less the `pip install` steps, which .ci/run does) and then every `$`
 command of its ```console blocks run in order, each exiting 0 and printing the lines shown (in that
-order; `...` stands for lines left out). The bring-your-own-kernel guide, when present, is run the
-same way after them. No command writes into a tracked file (skills_db/skills.duckdb above all).
+order; `...` stands for lines left out). No command writes into a tracked file
+(skills_db/skills.duckdb above all). The bring-your-own-kernel guide the README links to is followed
+as written by tests/test_byok_doc.py.
 
-Conventions for a runnable document: a ```console block holds `$ COMMAND` lines, each followed by
-the output it prints (or none); a ```sh or ```bash block holds commands only."""
+A ```console block holds `$ COMMAND` lines, each followed by the output it prints (or none); a ```sh
+or ```bash block holds commands only."""
 from __future__ import annotations
 
 import os
@@ -20,7 +21,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-GUIDE = ROOT / "docs" / "bring-your-own-kernel.md"
 MAX_BYTES = 15 * 1024
 
 
@@ -67,9 +67,9 @@ def test_readme_is_a_short_manual_with_its_parts():
     for doc in ("gate", "mining", "when-knowledge", "apply", "heldout", "llm", "reliability", "results", "cli"):
         assert f"(docs/{doc}.md)" in text and (ROOT / "docs" / f"{doc}.md").is_file(), doc
     assert "(docs/bring-your-own-kernel.md)" in text
-    # every relative link resolves inside the repository (the guide is written separately)
+    # every relative link resolves inside the repository
     for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
-        assert (ROOT / link).exists() or link == "docs/bring-your-own-kernel.md", link
+        assert (ROOT / link).exists(), link
     assert "bash .ci/run" in text and os.access(ROOT / ".ci" / "run", os.X_OK)
     main = main_command(text)
     assert "skills_db/skills.duckdb" not in main and "--replay" in main
@@ -119,8 +119,7 @@ def test_every_readme_command_works_as_printed(clone):
     r = _run(job, repo, env, 3600)
     assert r.returncode == 0, (job, r.stdout[-3000:], r.stderr[-3000:])
     assert re.search(r"^[0-9a-f]{16}\s+wgmma/warpgroup-mma\s", r.stdout, flags=re.M), r.stdout[-2000:]
-    docs = [text] + ([(repo / "docs" / GUIDE.name).read_text()] if (repo / "docs" / GUIDE.name).is_file() else [])
-    commands = [c for d in docs for c in runnable(d)]
+    commands = runnable(text)
     assert len(commands) >= 6
     for cmd, expected in commands:
         r = _run(cmd, repo, env, 1800)

@@ -28,7 +28,7 @@ TERMINATIONS = {"complete", "no_proposal", "step_limit", "rejection_limit", "sta
 
 
 def _dump(db: Path) -> dict:
-    store = open_store(db)
+    store = open_store(db, read_only=True)  # the shipped library is never written by a test
     try:
         return json.loads(json.dumps(store.canonical_dump(), sort_keys=True, default=str))
     finally:
@@ -79,16 +79,36 @@ def test_replayed_library_is_the_one_the_h200_run_stored(replayed):
         [(l["workload_name"], l["proposer"]) for l in device["lineages"]]
     assert mine["lineages"] == device["lineages"]
     # the cards' measured configuration and the carriers' rendering (`// ...` where code is left out)
-    # came after that run; both read the kernel sources and measure nothing: everything else is what
-    # the H200 stored
-    assert [_without_carrier_code(_before_measured_configuration(s)) for s in mine["skills"]] == \
-        [_without_carrier_code(s) for s in device["skills"]]
+    # came after that run (both read the kernel sources, measure nothing), and so did the admission
+    # rule (the effect a card states, reproduced on another workload): its verdicts are read again
+    # from the same recorded trials. Everything else is what the H200 stored
+    assert [_without_carrier_code(_without_admission_verdict(_before_measured_configuration(s)))
+            for s in mine["skills"]] == [_without_carrier_code(_without_admission_verdict(s)) for s in device["skills"]]
     assert all("measured_configuration" not in s["card"]["carrier"] for s in device["skills"])
+    measured = ("workload", "base_hash", "kernel_hash", "base_origin", "status", "eval_key")
+    for got, want in zip(mine["skills"], device["skills"]):
+        g, w = got["card"]["admission"]["trials"], want["card"]["admission"]["trials"]
+        assert [{k: t.get(k) for k in measured} for t in g] == [{k: t.get(k) for k in measured} for t in w], got["name"]
+        assert [[(c["shape"], c["trial_speedups"]) for c in t.get("cases", [])] for t in g] == \
+            [[(c["shape"], c["trial_speedups"]) for c in t.get("cases", [])] for t in w], got["name"]
 
 
 MEASURED_MD = re.compile(r"Measured at \(the tuning constants[^\n]*\n(?:- [^\n]*\n)*")
 CARRIER_MD = re.compile(r"Before \(simpler kernel\):\n```cuda\n.*?\n```\nAfter \(with the mechanism\):\n```cuda\n.*?\n```\n",
                         flags=re.S)
+
+
+ADMISSION_MD = re.compile(r"- admission roundtrip on [^\n]*\n|## Admission\n[^\n]*\n")
+
+
+def _without_admission_verdict(skill: dict) -> dict:
+    """A skill without its admission verdict (status, reason, trials and their lines in the text),
+    which admission reads from the recorded trials by the rule of klineage.lineage.admit."""
+    out = json.loads(json.dumps(skill))
+    out["card"].pop("admission", None)
+    out["card"]["verification"] = [v for v in out["card"]["verification"] if v.get("kind") != "admission"]
+    out["card_md"] = ADMISSION_MD.sub("", out["card_md"])
+    return out
 
 
 def _before_measured_configuration(skill: dict) -> dict:
@@ -334,7 +354,7 @@ def test_the_library_names_no_path_of_a_checkout():
 
 
 def test_the_shipped_library_has_every_migration():
-    """Opening it with any command must not rewrite it: its schema is the newest one."""
+    """Its schema is the newest one, so the commands that read it (read-only, no migration) can."""
     import duckdb
 
     from klineage.store.migrations import MIGRATIONS

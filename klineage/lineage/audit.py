@@ -60,3 +60,20 @@ def audit_rederived(original: list[Feature], rederived: list[Feature]) -> dict:
     ok = o == r
     return {"ok": ok, "missing": [list(x) for x in sorted(o - r)], "extra": [list(x) for x in sorted(r - o)],
             "reason": "" if ok else "the re-derived kernel does not have the original's features"}
+
+
+def audit_structural(before: list[Feature], after: list[Feature], mechanism: str, known: set[str],
+                     shape_before: set[str], shape_after: set[str]) -> dict:
+    """A structural rewrite read forward (`before` -> `after`), audited as a ladder step is (by
+    mechanism kinds: a structural rewrite moves and copies code, so the loci of the mechanisms it
+    keeps move with it; audit_version), and by the shape recognisers' reading: `mechanism` is present
+    after, nothing else they read appears and nothing goes."""
+    v = audit_version(after, before, mechanism, known)
+    gone, came = sorted(shape_before - shape_after), sorted(shape_after - shape_before)
+    shape_ok = not gone and set(came) <= {mechanism} and mechanism in shape_after
+    why = v["reason"]
+    if not shape_ok:
+        why = "; ".join(filter(None, [why, f"the shape recogniser reads {came or 'nothing'} added"
+                                     + (f" and {gone} gone" if gone else "") + f" (expected {mechanism} added)"]))
+    return {**v, "kind": "structural", "ok": v["ok"] and shape_ok, "shape_added": came, "shape_lost": gone,
+            "reason": why}

@@ -196,7 +196,9 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
         pre = {c: [] for c in CATEGORIES}
         rich = next((f for f in first["features_richer"] if f["mechanism"] == mech_name
                      and f["locus"] == first["locus"]), None)
-        for cat, items in (mech.PRECONDITIONS if mech else {}).items():
+        # a bundled ladder step ("a+b") carries the known preconditions of each of its families
+        families = [mech] if mech else [mechs[n] for n in first.get("mechanisms", []) if n in mechs]
+        for cat, items in ((c, i) for fam in families for c, i in fam.PRECONDITIONS.items()):
             for it in items:
                 _add_pre(pre, cat, {"condition": it["condition"], "fails_without": it["fails_without"],
                                     "evidence": "the mechanism family's known precondition",
@@ -204,6 +206,9 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
                                     "kernel": first["richer_hash"][:12]})
         probes_tried, probe_risks, compile_checked = [], [], {}
         for t in ts:
+            for it in t.get("domain", []):  # the workload's declared DOMAIN (klineage.workload)
+                _add_pre(pre, it["category"], {**{k: v for k, v in it.items() if k != "category"},
+                                               "source": "domain", "lines": None, "kernel": t["richer_hash"][:12]})
             a = per_t.get(t["transition_id"], {})
             for it in a.get("static", []):
                 _add_pre(pre, it["category"], {**{k: v for k, v in it.items() if k != "category"}, "source": "static"})
@@ -222,7 +227,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
                   "eval_key": r.get("eval_key"), "lineage_id": r.get("lineage_id"),
                   "workload": r.get("workload_name", ""), "failing_shapes": r.get("failing_shapes", [])}
                  for r in rejections if r["mechanism"] == mech_name
-                 and r["kind"] not in ("not_applicable", "replay_missing")] + probe_risks
+                 and r["kind"] not in ("not_applicable", "replay_missing", "not_on_chain")] + probe_risks
         probed = any((per_t.get(t["transition_id"], {}).get("probe") or {}).get("probed") for t in ts)
         before_common = set.intersection(*[_feature_pairs(t["features_simpler"]) for t in ts])
         provides = sorted({(anchor, mech_name)})
@@ -275,6 +280,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
         }
         example_text = ", ".join(f"{k}={v}" for k, v in list(examples[0].items())[:3]) if examples else ""
         card["intent"] = render("intent.j2", description=description[:1].upper() + description[1:], anchor=anchor, examples=example_text,
+                                claim=effect_claim(med),
                                 cases=", ".join(cases), median=med, n=len(ts), spread=spread, case_range=case_range,
                                 platforms=", ".join(platforms) or "no measured platform").strip()
         check_contract(card, ts)
@@ -306,11 +312,22 @@ def apply_admission(card: dict, verdict: dict) -> None:
     """Put an admission verdict into a card: its status, its trials in the verification log, the
     failures it met as risks."""
     card["admission"] = {"status": verdict["status"], "reason": verdict["reason"], "trials": verdict["trials"]}
+    if verdict.get("claim"):
+        card["admission"]["claim"] = verdict["claim"]
     card["verification"] = [v for v in card["verification"] if v.get("kind") != "admission"] + [
         dict(t, kind="admission") for t in verdict["trials"]]
     if verdict["risks"]:
         card["risks"] = [r for r in card["risks"] if r.get("kind") != "roundtrip"] + verdict["risks"]
         card["risks_empty_reason"] = ""
+
+
+CLAIM_FASTER, CLAIM_SLOWER = 1.005, 0.995
+
+
+def effect_claim(median: float) -> str:
+    """The effect a card states of itself, from its median measured speedup (what its intent says):
+    faster at >= CLAIM_FASTER, slower at <= CLAIM_SLOWER, neutral (no measurable difference) between."""
+    return "faster" if median >= CLAIM_FASTER else ("neutral" if median > CLAIM_SLOWER else "slower")
 
 
 def effect_label(trial_speedups: list[float], floor: float = 0.01) -> str:

@@ -19,12 +19,9 @@ import json
 import math
 import os
 import random
-import select
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -42,6 +39,7 @@ from klineage.store import open_store
 from klineage.workload import load_workload
 
 from tests.heldout.support import FIXTURES, ROOT, library_cards, make_library, script_gpu
+from tests.reliability.support import run_until
 
 pytestmark = pytest.mark.nvcc
 
@@ -540,31 +538,6 @@ def _state(db: Path) -> dict:
         store.close()
 
 
-def _run_until(cmd: list[str], after_updates: int, delay_s: float) -> bool:
-    """Run `cmd`; SIGKILL it `delay_s` after its `after_updates`-th progress update (a line on stderr: off a
-    terminal progress is plain lines).
-    True when killed, False when it ended first."""
-    p = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE)
-    fd, seen = p.stderr.fileno(), 0
-    try:
-        while seen < after_updates:
-            ready, _, _ = select.select([fd], [], [], 120)
-            chunk = os.read(fd, 4096) if ready else b""
-            if not chunk:
-                p.wait(timeout=120)
-                return False
-            seen += chunk.count(b"\n")
-        time.sleep(delay_s)
-        if p.poll() is not None:
-            return False
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(timeout=60)
-        return True
-    finally:
-        p.stderr.close()
-
-
 def test_a_killed_replay_resumes_to_the_same_result(recorded, tmp_path, library, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     ref_db, ref_out = tmp_path / "ref.duckdb", tmp_path / "ref_out"
@@ -573,14 +546,15 @@ def test_a_killed_replay_resumes_to_the_same_result(recorded, tmp_path, library,
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     want = _state(ref_db)
-    updates = r.stderr.count(b"\n")  # progress lines (and the replay check's)
+    updates = r.stderr.count(b"\n")  # progress lines (plain off a terminal)
     assert updates > 20
     db, out = tmp_path / "killed.duckdb", tmp_path / "killed_out"
     shutil.copy(library, db)
     rng = random.Random(20261205)
     killed, partial = 0, 0
     for i in range(4):
-        killed += _run_until(_replay_cmd(db, out, recorded["records"]), rng.randint(1, updates - 1), rng.uniform(0, 0.03))
+        killed += run_until(_replay_cmd(db, out, recorded["records"]), {**os.environ, "PYTHONPATH": str(ROOT)}, ROOT,
+                           rng.randint(1, updates - 1), rng.uniform(0, 0.03))
         got = _state(db)  # opens cleanly after every kill
         keys = [(row[0], row[1], row[2]) for row in got["rows"]]
         assert len(keys) == len(set(keys)) and len(got["evals"]) == len(set(got["evals"]))
