@@ -534,7 +534,7 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
                                  param_hint="--prompt-only")
     if dry_run:
         from klineage.lineage.mine import dry_run as dry_walk, format_dry_run
-        progress = _Progress(quiet or as_json)
+        progress = _MineProgress(quiet or as_json, len(run.targets))
         try:
             out = dry_walk(run, progress=progress, llm=llm)
         finally:
