@@ -28,7 +28,7 @@ for w in "${want[@]}"; do
     x)
       rm -rf /tmp/site_build && mkdir -p .whlx
       python3 -m pip install -q --no-compile --target /tmp/site_build/site "${plat[@]}" \
-        duckdb==2.0.1 tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 libclang==18.1.1 anthropic pygments \
+        duckdb==2.0.1 tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 libclang==18.1.1 anthropic pygments rich \
         2>&1 | grep -v '^WARNING' || true
       # the image has these already; dropping them keeps the tarball small and the image's versions
       rm -rf /tmp/site_build/site/{numpy*,typing_extensions*,bin}

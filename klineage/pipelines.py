@@ -34,7 +34,7 @@ KINDS = ("mine", "apply", "heldout")
 _APPLY_TOP = {"kind", "name", "description", "gate", "apply"}
 _APPLY_KEYS = {"workload": str, "start": str, "materializers": list, "budget_steps": int, "budget_usd": (int, float),
                "budget_s": (int, float), "admission": bool, "sweep_axes": str, "structural": str, "model": str,
-               "base_url": str, "out": str}
+               "base_url": str, "out": str, "records": str}
 
 
 class PipelineError(KLineageError):
@@ -73,6 +73,7 @@ class ApplyPipeline:
     gate: dict
     base_url: str | None
     out: Path | None
+    records: list = None  # record files or folders a --replay imports first (apply.records)
 
 
 def _read(path: Path) -> tuple[str, dict]:
@@ -109,16 +110,10 @@ _HELDOUT_KEYS = {"root": str, "conditions": list, "budget": int, "seed": int, "f
                  "budget_usd": (int, float), "foreign": dict}
 
 
-def _check_gate(path: Path, gate: dict) -> None:
-    from klineage.lineage.mine import _GATE_KEYS
-    if not isinstance(gate, dict):
-        raise PipelineError(f"{path}: [gate] must be a table of warmup, reps, trials, backlog_us")
-    for k, v in gate.items():
-        if k not in _GATE_KEYS:
-            raise PipelineError(f"{path}: unknown key gate.{k} (allowed: {', '.join(_GATE_KEYS)})")
-        lo, hi = _GATE_KEYS[k]
-        if type(v) is not int or not lo <= v <= hi:
-            raise PipelineError(f"{path}: gate.{k} = {v!r}: expected an int from {lo} to {hi}")
+def _check_gate(path: Path, gate: dict, arch: bool = False) -> None:
+    # the held-out pipeline's instances and records are sm_90a builds: it takes no gate.arch
+    from klineage.lineage.mine import check_gate_table
+    check_gate_table(path, gate, PipelineError, arch=arch)
 
 
 def heldout_pipeline(path: Path, raw: dict) -> HeldoutPipeline:
@@ -183,10 +178,7 @@ def _apply_pipeline(path: Path, raw: dict) -> ApplyPipeline:
         if m not in ("rules", "sweep", "llm"):
             raise PipelineError(f"{path}: apply.materializers: {m!r} is not one of rules, sweep, llm")
     gate = raw.get("gate", {})
-    from klineage.lineage.mine import _GATE_KEYS
-    for k, v in gate.items():
-        if k not in _GATE_KEYS:
-            raise PipelineError(f"{path}: unknown key gate.{k} (allowed: {', '.join(_GATE_KEYS)})")
+    _check_gate(path, gate, arch=True)
     base = path.resolve().parent.parent
     wl, start = base / ap["workload"], base / ap["start"]
     if not (wl / "workload.py").is_file():
@@ -199,4 +191,5 @@ def _apply_pipeline(path: Path, raw: dict) -> ApplyPipeline:
                           sweep_axes=ap.get("sweep_axes", "source"), structural=_structural_mode(ap.get("structural")))
     except ValueError as e:
         raise PipelineError(f"{path}: [apply]: {e}") from None
-    return ApplyPipeline(wl, start, cfg, dict(gate), ap.get("base_url"), base / ap["out"] if "out" in ap else None)
+    return ApplyPipeline(wl, start, cfg, dict(gate), ap.get("base_url"), base / ap["out"] if "out" in ap else None,
+                         [base / ap["records"]] if "records" in ap else [])

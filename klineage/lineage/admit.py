@@ -49,6 +49,13 @@ from klineage.workload import Workload
 MAX_TARGETS = 2
 MIN_NOISE = 0.01
 STATUSES = ("admitted", "not_reproduced", "failed", "no_target", "pending", "slower")
+# what each status means (the report's legend and docs/when-knowledge.md show these)
+MEANING = {"admitted": "reproduced its measured effect on a held-out workload",
+           "not_reproduced": "passed on a held-out workload but did not reproduce its measured effect",
+           "failed": "the rewrite failed the gate on every held-out workload tried",
+           "no_target": "no other workload has a kernel where the rewrite applies",
+           "pending": "no forward rewrite for this mechanism yet: a materializer (apply stage) will roundtrip it",
+           "slower": "its measured effect is a slowdown, which apply would never keep: not tried"}
 
 
 @dataclass

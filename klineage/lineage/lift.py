@@ -70,24 +70,53 @@ def _diff(a: str, b: str, limit: int = 80) -> str:
     return "\n".join(lines[:limit] + ([f"... ({len(lines) - limit} more diff lines)"] if len(lines) > limit else []))
 
 
-def _changed_code(simpler: str, richer: str, limit: int = 40) -> tuple[str, str]:
-    """The code a ladder step removed and added (comments and blank lines left out), for the
-    carrier's before/after of a step that no single rewrite describes."""
+ELIDED = "// ..."  # marks code left out of a carrier, so a snippet never reads as whole when it is not
+
+
+def _changed_code(simpler: str, richer: str, limit: int = 40, context: int = 1) -> tuple[str, str]:
+    """The code a ladder step removed and added, for the carrier's before/after of a step that no
+    single rewrite describes: on each side the changed code lines with `context` unchanged lines
+    around them (where nothing changed on one side, the lines around the place of the change), and
+    a `// ...` line, indented as the code it stands for, wherever code is left out (comments and
+    blank lines are not shown). Past `limit` lines a side ends with `// ... N more lines`."""
     from klineage.gate.guard import strip_comments
 
     def code_lines(src):  # original lines that hold code (comment-only and blank lines dropped)
         return [o for o, c in zip(src.splitlines(), strip_comments(src)[0].splitlines()) if c.strip()]
     a, b = code_lines(simpler), code_lines(richer)
-    removed, added = [], []
+    changed_a, changed_b, anchor_a, anchor_b = set(), set(), set(), set()
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag in ("replace", "delete"):
-            removed += a[i1:i2]
+            changed_a.update(range(i1, i2))
         if tag in ("replace", "insert"):
-            added += b[j1:j2]
+            changed_b.update(range(j1, j2))
+        if tag == "insert":
+            anchor_a.update((i1 - 1, i1))
+        if tag == "delete":
+            anchor_b.update((j1 - 1, j1))
+    return _elided(a, changed_a, anchor_a, limit, context), _elided(b, changed_b, anchor_b, limit, context)
 
-    def clip(lines):
-        return "\n".join(lines[:limit] + ([f"// ... {len(lines) - limit} more lines"] if len(lines) > limit else []))
-    return clip(removed), clip(added)
+
+def _elided(lines: list[str], changed: set[int], anchors: set[int], limit: int, context: int) -> str:
+    shown = sorted({k for i in changed for k in range(i - context, i + context + 1)} | anchors)
+    shown = [i for i in shown if 0 <= i < len(lines)]
+    out: list[str] = []
+
+    def mark(like: str) -> str:
+        return like[:len(like) - len(like.lstrip())] + ELIDED
+
+    prev = -1
+    for i in shown:
+        if i != prev + 1:
+            out.append(mark(lines[i]))
+        out.append(lines[i])
+        prev = i
+    if shown and shown[-1] != len(lines) - 1:
+        out.append(mark(lines[shown[-1]]))
+    if len(out) > limit:
+        rest = sum(1 for x in out[limit:] if x.strip() != ELIDED)
+        out = out[:limit] + [f"{ELIDED} {rest} more line{'s' if rest != 1 else ''}"]
+    return "\n".join(out)
 
 
 def _feature_pairs(features: list[dict]) -> set[tuple[str, str]]:

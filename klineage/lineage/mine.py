@@ -38,10 +38,11 @@ class MineRun:
     limits: Limits = field(default_factory=Limits)
     analysis: AnalysisConfig | None = None  # None: lineages and skills only, no probes/rounds/admission
     timing: dict = field(default_factory=dict)  # overrides of the gate's timing settings ([gate] table)
+    arch: str | None = None  # the build target ([gate] arch, --arch); None: the gate's default
 
     def gate_config(self):
-        from klineage.gate.gate import DEFAULT_TIMING, GateConfig
-        return GateConfig(timing={**DEFAULT_TIMING, **self.timing})
+        from klineage.gate.gate import gate_config_for
+        return gate_config_for({**self.timing, **({"arch": self.arch} if self.arch else {})})
 
 
 def _workload_dirs(path: Path) -> list[Path]:
@@ -82,6 +83,27 @@ _TOP_KEYS = {"kind", "name", "description", "limits", "target", "analysis", "gat
 # backlog_us: a GPU spin queued before every timed call, at least this long and at least twice the
 # call's host-side dispatch (klineage.gate.worker.timing); 0, the default, queues none.
 _GATE_KEYS = {"warmup": (0, 100), "reps": (5, 500), "trials": (2, 10), "backlog_us": (0, 20000)}
+
+
+def check_gate_table(path, table, err, arch: bool = True) -> None:
+    """Raise `err` naming the key when a [gate] table holds an unknown key, a timing value out of
+    range, or (when `arch`) an arch nvcc cannot target here (klineage.gate.compile.ARCHS)."""
+    from klineage.gate.compile import ARCHS
+    keys = list(_GATE_KEYS) + (["arch"] if arch else [])
+    if not isinstance(table, dict):
+        raise err(f"{path}: [gate] must be a table of {', '.join(keys)}")
+    for k, v in table.items():
+        if k == "arch" and arch:
+            if v not in ARCHS:
+                raise err(f"{path}: gate.arch = {v!r}: expected one of {', '.join(ARCHS)}")
+            continue
+        if k not in _GATE_KEYS:
+            raise err(f"{path}: unknown key gate.{k} (allowed: {', '.join(keys)})")
+        lo, hi = _GATE_KEYS[k]
+        if type(v) is not int or not lo <= v <= hi:
+            raise err(f"{path}: gate.{k} = {v!r}: expected an int from {lo} to {hi}")
+
+
 _LIMIT_KEYS = {"max_steps", "max_rejections", "min_rederive_ratio"}
 _TARGET_KEYS = {"paths", "proposer"}
 
@@ -107,12 +129,7 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
     if bad:
         raise MineConfigError(f"{path}: unknown key limits.{bad[0]} (allowed: {', '.join(sorted(_LIMIT_KEYS))})")
     gate_tab = raw.get("gate", {})
-    for k, v in gate_tab.items():
-        if k not in _GATE_KEYS:
-            raise MineConfigError(f"{path}: unknown key gate.{k} (allowed: {', '.join(_GATE_KEYS)})")
-        lo, hi = _GATE_KEYS[k]
-        if type(v) is not int or not lo <= v <= hi:
-            raise MineConfigError(f"{path}: gate.{k} = {v!r}: expected an int from {lo} to {hi}")
+    check_gate_table(path, gate_tab, MineConfigError)
     ana = raw.get("analysis")
     analysis = None
     if ana is not None:
@@ -146,7 +163,8 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
         targets += targets_for([Path(p) for p in paths], t.get("proposer", "rules"))
     if not targets:
         raise MineConfigError(f"{path}: no [[target]] entries: add at least one with paths and proposer")
-    return MineRun(targets, Limits(**lim), analysis, dict(gate_tab)), raw
+    timing = {k: v for k, v in gate_tab.items() if k != "arch"}
+    return MineRun(targets, Limits(**lim), analysis, timing, gate_tab.get("arch")), raw
 
 
 def run_mine(run: MineRun, store, gate, replay: bool = False,

@@ -1,7 +1,25 @@
 """Plain-text rendering of gate results and workloads for the CLI."""
 from __future__ import annotations
 
+import io
+
 from klineage.workload import shape_key
+
+
+def table(headers: list[str], rows: list[list], right: tuple[str, ...] = ()) -> str:
+    """A plain-text table: a header row, a rule, one line per row (no colour, no wrapping; columns
+    named in `right` are right-aligned)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="", safe_box=True)
+    for h in headers:
+        t.add_column(h, no_wrap=True, justify="right" if h in right else "left")
+    for r in rows:
+        t.add_row(*("-" if v is None else str(v) for v in r))
+    buf = io.StringIO()
+    Console(file=buf, width=100_000, color_system=None, force_terminal=False, legacy_windows=False).print(t)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines() if line.strip() or False)
 
 
 def _si(x: float, unit: str) -> str:
@@ -11,14 +29,36 @@ def _si(x: float, unit: str) -> str:
     return f"{x:.3g} {unit}"
 
 
+def _ptxas_lines(comp: dict) -> list[str]:
+    return [f"  ptxas {r['name'][:60]}: {r['registers']} regs, {r['shared_bytes']} B smem, "
+            f"{r['stack_bytes']} B stack, spills {r['spill_store_bytes']}/{r['spill_load_bytes']} B"
+            for r in comp.get("resources", [])]
+
+
+def format_gate_stop(name: str, row: dict) -> str:
+    """A gate that stopped before a verdict (no GPU, no record to replay, bad input): what it did
+    first (guard, build with its ptxas resources), then why it stopped."""
+    lines = [f"{name}: no verdict"]
+    guard = row.get("guard")
+    if guard is not None:
+        vs = guard.get("violations") or []
+        lines.append("  guard: passed" if guard.get("ok") else
+                     f"  guard: {len(vs)} finding(s), first line {vs[0]['line']}: {vs[0]['reason']}")
+    comp = row.get("compile")
+    if comp is not None:
+        took = "cached" if comp.get("cached") else f"{comp.get('seconds', 0):.1f} s"
+        lines.append(f"  compile: {'ok' if comp.get('ok') else 'FAILED'} for {comp.get('arch')} with nvcc "
+                     f"{comp.get('nvcc_version') or '?'} ({took})")
+        lines += _ptxas_lines(comp)
+    lines.append(f"  stopped: {row['error']}")
+    return "\n".join(lines)
+
+
 def format_gate_result(name: str, res) -> str:
     lines = [f"{name}: {res.status.value} ({res.source})"]
     if res.error_message:
         lines.append(f"  reason: {res.error_message}")
-    comp = res.compile or {}
-    for r in comp.get("resources", []):
-        lines.append(f"  ptxas {r['name'][:60]}: {r['registers']} regs, {r['shared_bytes']} B smem, "
-                     f"{r['stack_bytes']} B stack, spills {r['spill_store_bytes']}/{r['spill_load_bytes']} B")
+    lines += _ptxas_lines(res.compile or {})
     for c in res.correctness:
         seeds = c["seeds"]
         worst = min((o["matched_fraction"] for s in seeds for o in s["outputs"].values()), default=1.0)
@@ -99,10 +139,21 @@ def format_lineage(l: dict) -> str:
     return "\n".join(lines)
 
 
-def format_skill_row(s: dict) -> str:
-    e = s["card"]["effects"]
-    return (f"{s['skill_id']}  {s['name']:<40} {e['median_speedup']:.3f}x  "
-            f"{len(s['card']['evidence'])} step(s)  {', '.join(s['card']['scope']['platforms'])}")
+def format_skills_table(skills: list[dict]) -> str:
+    """`skills list`: id, name, median speedup, steps of evidence, admission, platforms."""
+    rows = [[s["skill_id"], s["name"], f"{s['card']['effects']['median_speedup']:.3f}x", len(s["card"]["evidence"]),
+             (s["card"].get("admission") or {}).get("status", "not_run"), ", ".join(s["card"]["scope"]["platforms"])]
+            for s in skills]
+    return table(["id", "name", "median speedup", "steps", "admission", "platforms"], rows,
+                 right=("median speedup", "steps"))
+
+
+def format_lineages_table(lins: list[dict]) -> str:
+    """`lineage list`: id, workload, proposer, steps, rejections, termination (and what was left)."""
+    rows = [[l["lineage_id"][:12], l["workload_name"], l["proposer"], len(l["transitions"]), len(l["rejections"]),
+             l["termination"] + (f" (left: {', '.join(l['remaining'])})" if l["remaining"] else "")] for l in lins]
+    return table(["id", "workload", "proposer", "steps", "rejections", "termination"], rows,
+                 right=("steps", "rejections"))
 
 
 def skill_why(card: dict) -> dict:

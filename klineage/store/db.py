@@ -354,8 +354,9 @@ class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin, HeldoutMixin):
         return {h for (h,) in self._query("SELECT DISTINCT kernel_hash FROM evaluations", [])}
 
     def find_evaluations(self, kernel_hash: str | None = None, workload_hash: str | None = None,
-                         request_match: dict | None = None, status: str | None = None) -> list[dict]:
-        """Records matching every given filter, newest first.
+                         request_match: dict | None = None, status: str | None = None,
+                         limit: int | None = None) -> list[dict]:
+        """Records matching every given filter, newest first (at most `limit` of them).
 
         `request_match` keeps records whose decoded request holds each of its key/value pairs."""
         where, params = [], []
@@ -365,23 +366,26 @@ class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin, HeldoutMixin):
                 params.append(val)
         sql = (f"SELECT {', '.join(_EVAL_COLUMNS)} FROM evaluations"
                + (f" WHERE {' AND '.join(where)}" if where else "")
-               + " ORDER BY recorded_at DESC, eval_key")
+               + " ORDER BY recorded_at DESC, eval_key"
+               + (f" LIMIT {int(limit)}" if limit is not None and not request_match else ""))
         records = [_row_to_record(r) for r in self._query(sql, params)]
         if request_match:
             # Compare through JSON so a tuple in the match equals the list stored for it.
             want = json.loads(_dumps(request_match))
             records = [r for r in records
                        if all(k in r["request"] and r["request"][k] == v for k, v in want.items())]
-        return records
+        return records if limit is None else records[:limit]
 
     def evaluation_keys(self) -> set[str]:
         """The keys of every stored evaluation."""
         return {k for (k,) in self._query("SELECT eval_key FROM evaluations")}
 
-    def export_evaluations(self, path: str | Path, workload_hashes: list[str] | None = None, **filters) -> int:
+    def export_evaluations(self, path: str | Path, workload_hashes: list[str] | None = None, progress=None,
+                           **filters) -> int:
         """Write the matching records (find_evaluations filters; `workload_hashes`: records of any of
         these workloads) as JSON Lines sorted by eval_key, gzip-compressed when the path ends in .gz;
-        returns how many. The file is replaced atomically: a crash leaves the old file or the new."""
+        returns how many. The file is replaced atomically: a crash leaves the old file or the new.
+        `progress(done, total)` is called as records are written."""
         if workload_hashes is None:
             records = self.find_evaluations(**filters)
         else:
@@ -393,7 +397,12 @@ class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin, HeldoutMixin):
             fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
             try:
                 with os.fdopen(fd, "wb") as raw:
-                    text = "".join(_dumps(r) + "\n" for r in records).encode("utf-8")
+                    parts = []
+                    for i, r in enumerate(records, 1):
+                        parts.append(_dumps(r) + "\n")
+                        if progress is not None and (i % 500 == 0 or i == len(records)):
+                            progress(i, len(records))
+                    text = "".join(parts).encode("utf-8")
                     # mtime 0: the same records give the same bytes
                     raw.write(gzip.compress(text, mtime=0) if p.suffix == ".gz" else text)
                     raw.flush()

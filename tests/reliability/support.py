@@ -13,7 +13,7 @@ STALL_S = 120.0  # waiting for the n-th update, a run silent this long is killed
 
 def run_until(cmd: list[str], env: dict, cwd: Path, after_updates: int | None, delay_s: float) -> bool:
     """Run `cmd` and SIGKILL it `delay_s` after its `after_updates`-th progress update (the status
-    line on stderr: one carriage return each), or `delay_s` after the start when `after_updates` is
+    lines on stderr: off a terminal, one plain line each), or `delay_s` after the start when `after_updates` is
     None. True when it was killed while running, False when it ended first."""
     p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     fd = p.stderr.fileno()
@@ -32,7 +32,7 @@ def run_until(cmd: list[str], env: dict, cwd: Path, after_updates: int | None, d
             if not chunk:  # ended before the kill point
                 p.wait(timeout=60)
                 return False
-            seen += chunk.count(b"\r")
+            seen += chunk.count(b"\n")
         if after_updates is not None:
             time.sleep(delay_s)
         if p.poll() is not None:
@@ -46,7 +46,7 @@ def run_until(cmd: list[str], env: dict, cwd: Path, after_updates: int | None, d
 
 def progress_updates(cmd: list[str], env: dict, cwd: Path, timeout: int = 900) -> tuple[int, str]:
     """Run `cmd` to its end; (how many progress updates it printed, its stderr). Fails on a non-zero exit."""
-    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, timeout=timeout)  # bytes: keep each \r
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, timeout=timeout)
     err = r.stderr.decode(errors="replace")
     assert r.returncode == 0, err[-2000:]
-    return r.stderr.count(b"\r"), err
+    return r.stderr.count(b"\n"), err
