@@ -98,7 +98,7 @@ def main() -> int:
         store = open_store(Path(tempfile.mkdtemp()) / "t.duckdb")
         import_recorded(store)
     else:
-        store = open_store(ns.db)
+        store = open_store(ns.db, read_only=True)  # e.g. the shipped library: only read
     rows = table(store, corpus_dirs(ns.config))
     store.close()
     md = markdown(rows)

@@ -14,8 +14,10 @@
 #   benchmarks/device_site.sh [x] [g] [f] [h]   (default: x g f; h repacks .whlx, built first if missing)
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-for d in /.whlx/ /.whlg/ /.whlf/ /.whlh/; do
-  grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # a worktree's own, where .git is a file
+mkdir -p "$(dirname "$exclude")"
+for d in /.whlx/ /.whlg/ /.whlf/ /.whlh/; do  # .gitignore has /.whl?/; a checkout without it gets an exclude line
+  git check-ignore -q "${d#/}site.tar.xz" || echo "$d" >> "$exclude"
 done
 want=("$@"); [ ${#want[@]} -eq 0 ] && want=(x g f)
 plat=(--only-binary=:all: --python-version 3.12 --implementation cp
@@ -26,7 +28,7 @@ for w in "${want[@]}"; do
     x)
       rm -rf /tmp/site_build && mkdir -p .whlx
       python3 -m pip install -q --no-compile --target /tmp/site_build/site "${plat[@]}" \
-        duckdb==2.0.1 tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 libclang==18.1.1 anthropic pygments \
+        duckdb==2.0.1 tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 libclang==18.1.1 anthropic pygments rich \
         2>&1 | grep -v '^WARNING' || true
       # the image has these already; dropping them keeps the tarball small and the image's versions
       rm -rf /tmp/site_build/site/{numpy*,typing_extensions*,bin}

@@ -7,10 +7,21 @@ with independent timers). Writes everything under --out; run on the GPU machine:
 
 The second form runs only the gallery (every kernel of tests/gallery, guard on and off) and the fault
 kernels (every kernel of tests/faults, and with the guard off those whose header has a `dynamic:`
-outcome), then one honest kernel to show the run went on: each entry records its status next to the
-header's expectation and the kernel's hash (tests/test_recorded_gate_h200.py compares them with the
-files as they are now). nvcc runs under --nvcc-timeout-s / --nvcc-memory-mb (the gate's defaults are
-120 s and 8 GiB), so the nvcc-breaking faults end quickly.
+outcome), then one honest kernel to show the run went on: each entry records its status and error
+kind next to the header's expectation, the kernel's hash, and the hash of the gate worker's code that
+judged it (klineage.gate.worker_code_hash); the report holds the row_sum workload's hash and writes
+the evaluations beside it (NAME.jsonl.gz). tests/test_recorded_gate_h200.py compares all of it with
+the files as they are now, so a change to the worker, a kernel or a header fails until this is run
+again. It takes about 4 minutes on the H200; one device call, from the repository root, carrying
+.whlx (benchmarks/device_site.sh x; DuckDB for the store):
+
+    python3 -c "import tarfile; tarfile.open('.whlx/site.tar.xz').extractall('/tmp')" && \
+      PYTHONPATH=/tmp/site:$PWD python3 benchmarks/gate_h200.py --out $OUT --gallery-faults-only \
+      --json-name gate_h200_gallery_faults.json
+
+then copy $OUT/gate_h200_gallery_faults.{json,log,jsonl.gz} into benchmarks/results/. nvcc runs under
+--nvcc-timeout-s / --nvcc-memory-mb (the gate's defaults are 120 s and 8 GiB), so the nvcc-breaking
+faults end quickly.
 
 The JSON it writes is committed under benchmarks/results/ with the records (evaluations.jsonl)
 that `klineage gate --replay` replays on a machine without a GPU.
@@ -31,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from klineage.gate import worker_code_hash  # noqa: E402
 from klineage.gate.compile import compile_kernel  # noqa: E402
 from klineage.gate.gate import Gate, GateConfig, kernel_hash  # noqa: E402
 from klineage.gate.pool import GateWorker  # noqa: E402
@@ -38,14 +50,33 @@ from klineage.store import open_store  # noqa: E402
 from klineage.workload import load_workload  # noqa: E402
 
 HEADER = re.compile(r"^//\s*(pitfall|fault|expect|dynamic|why):\s*(.+)$", re.M)
+RECORD_COMMAND = ("python3 benchmarks/gate_h200.py --out $OUT --gallery-faults-only "
+                  "--json-name gate_h200_gallery_faults.json")
 
 
 def header(path: Path) -> dict:
+    """The `// key: value` lines of a gallery or fault kernel: pitfall or fault, expect (the gate as
+    shipped), dynamic (the guard off: STATUS, optionally followed by the error kind), why."""
     return {k: v.strip() for k, v in HEADER.findall(path.read_text())}
 
 
+def outcome_met(got: dict, want: str | None) -> bool:
+    """Whether a recorded outcome ({"status", "error_kind"}) is the header's `STATUS [error_kind]`."""
+    if not want:
+        return False
+    status, _, kind = want.partition(" ")
+    return got.get("status") == status and (not kind or got.get("error_kind") == kind.strip())
+
+
+_LOG: list = []  # the open log file under --out, once main() has made it
+
+
 def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+    print(line, flush=True)
+    for f in _LOG:
+        f.write(line + "\n")
+        f.flush()
 
 
 def summary(res) -> dict:
@@ -60,6 +91,13 @@ def summary(res) -> dict:
         out["activity_kernel_time_us"] = res.activity.get("kernel_time_us")
         out["activity_kernels"] = [k["name"][:80] for k in res.activity.get("kernels", [])][:4]
     return out
+
+
+def outcome(res) -> dict:
+    """A gallery or fault evaluation as the record keeps it; `worker_code` is the hash the worker
+    that judged it reported (None when no worker ran: a guard rejection, a compile error)."""
+    return {"status": res.status.value, "error_kind": res.error_kind, "error_message": (res.error_message or "")[:400],
+            "wall_s": res.wall_s, "source": res.source, "worker_code": (res.env or {}).get("worker_code")}
 
 
 def _trace_kernels(prof) -> list[dict]:
@@ -142,12 +180,15 @@ def main() -> int:
     os.environ["KLINEAGE_NVCC_TIMEOUT_S"] = str(ns.nvcc_timeout_s)
     os.environ["KLINEAGE_NVCC_MEMORY_MB"] = str(ns.nvcc_memory_mb)
     report_path = out / ns.json_name
+    _LOG.append(open(out / (ns.json_name.removesuffix(".json") + ".log"), "w"))
     report: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "flags": {k: getattr(ns, k) for k in ("skip_compile", "skip_experts", "skip_spread",
                                                             "skip_gallery", "spread_only", "quick")},
-                    "nvcc_limits": {"timeout_s": ns.nvcc_timeout_s, "memory_mb": ns.nvcc_memory_mb}}
+                    "nvcc_limits": {"timeout_s": ns.nvcc_timeout_s, "memory_mb": ns.nvcc_memory_mb},
+                    "worker_code_hash": worker_code_hash(), "command": " ".join(["python3", *sys.argv])}
     store = open_store(out / "gate.duckdb")
     wl = {n: load_workload(ROOT / "expert_kernels" / n) for n in ("row_sum", "swiglu")}
+    report["workload_hash"] = {n: w.content_hash for n, w in wl.items()}
 
     # 1. compile time per candidate, cold cache, one at a time
     sources = sorted((ROOT / "expert_kernels").glob("*/*.cu")) + sorted((ROOT / "tests" / "gallery").glob("*.cu"))
@@ -194,12 +235,12 @@ def main() -> int:
         for label, g in (("guarded", gate), ("unguarded", dyn_gate)):
             try:
                 res = g.evaluate_file(p, wl["row_sum"], remeasure=True)
-                entry[label] = {"status": res.status.value, "error_kind": res.error_kind,
-                                "error_message": (res.error_message or "")[:400], "wall_s": res.wall_s}
+                entry[label] = outcome(res)
             except Exception:
                 entry[label] = {"harness_error": traceback.format_exc()[-800:]}
             entry[label]["worker_alive_after"] = worker.alive()
-        entry["expect_met"] = entry["guarded"].get("status") == h.get("expect")
+        entry["expect_met"] = outcome_met(entry["guarded"], h.get("expect")) and \
+            outcome_met(entry["unguarded"], h.get("dynamic"))
         log(f"gallery {p.name}: guarded {entry['guarded'].get('status')} unguarded {entry['unguarded'].get('status')}"
             f" ({entry['unguarded'].get('error_kind')})")
         report["gallery"].append(entry)
@@ -217,9 +258,7 @@ def main() -> int:
                 continue
             t0 = time.perf_counter()
             try:
-                res = g.evaluate_file(p, wl["row_sum"], remeasure=True)
-                got = {"status": res.status.value, "error_kind": res.error_kind,
-                       "error_message": (res.error_message or "")[:400], "wall_s": res.wall_s}
+                got = outcome(g.evaluate_file(p, wl["row_sum"], remeasure=True))
             except Exception:
                 got = {"harness_error": traceback.format_exc()[-800:]}
             got["driver_s"] = time.perf_counter() - t0
@@ -229,8 +268,8 @@ def main() -> int:
                 entry.update(got)  # the flat fields, as before
             else:
                 entry["unguarded"] = got
-        entry["expect_met"] = entry.get("status") == h.get("expect") and \
-            ("dynamic" not in h or entry["unguarded"].get("status") == h["dynamic"])
+        entry["expect_met"] = outcome_met(entry, h.get("expect")) and \
+            ("dynamic" not in h or outcome_met(entry["unguarded"], h["dynamic"]))
         report["faults"].append(entry)
         log(f"fault {p.name}: {entry.get('status')} {entry.get('error_kind')}"
             + (f"; guard off: {entry['unguarded'].get('status')} {entry['unguarded'].get('error_kind')}"
@@ -275,7 +314,9 @@ def main() -> int:
     report["evaluation_wall_s_median"] = statistics.median(evals) if evals else None
     report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     worker.close()
-    n = store.export_evaluations(out / "evaluations.jsonl")
+    evals_name = "evaluations.jsonl" if ns.json_name == "gate_bench.json" else \
+        ns.json_name.removesuffix(".json") + ".jsonl.gz"
+    n = store.export_evaluations(out / evals_name)
     store.close()
     (out / "gate.duckdb").unlink(missing_ok=True)
     report["evaluations_exported"] = n

@@ -15,6 +15,12 @@ Writes under DIR:
   heldout_h200_<tag>.json       this call: arguments, wall time, whether the time limit cut it, exported count
   heldout_h200_<tag>.front_end.json.gz   nvcc's front-end answers the run used (which sweep points build,
                                 sweep_axes = "buildable"), so a replay picks the same axes with no nvcc
+  heldout_h200_<tag>.library.json.gz     the library the run measured (content hash, canonical dump) and the
+                                expert corpus its memorization audit read (klineage.heldout.records): a
+                                replay adopts them, so it stands when the shipped library changes later
+With a pipeline whose [heldout] sets structural = true (pipelines/heldout_structural.toml), --prebuild
+also builds, in a process of its own beside the run, the kernels of each searching condition's
+structural rewrites (if it keeps each) and its first sweep round after them.
 Front-end answers recorded in the pipeline's records folder and the --seed-recorded paths (by this
 nvcc version) are read first: --front-end-answers writes the plan's, so a call asks nvcc for none of them.
 The database (--db, default /tmp/klineage_heldout_h200.duckdb, a copy of skills_db/skills.duckdb made
@@ -103,7 +109,8 @@ def prebuild_jobs(instances, cfg, library, sources) -> list[tuple[str, tuple[str
     cfg.sweep_rounds > 1, the steered conditions' second round at the start (what they gate where the
     first keeps no winner) and the idiom kernel's whole sweep grid where it has at most PREBUILD_GRID points
     (each later round's points are one axis away from a winner); with cfg.sweep_axes = "buildable", only
-    the grid's points the kernel's static checks accept."""
+    the grid's points the kernel's static checks accept. With cfg.structural, the start kernels only:
+    the searching conditions sweep the kernels their structural rewrites make (StructuralBuild)."""
     from klineage.apply.materialize import buildable_only, make_buildable, point_flags, sweep_grid, sweep_points
     from klineage.heldout.run import first_sweep_round
 
@@ -112,6 +119,8 @@ def prebuild_jobs(instances, cfg, library, sources) -> list[tuple[str, tuple[str
     for inst in instances:
         for _, src in inst.starts.values():
             jobs[(src, ())] = None
+        if cfg.structural:
+            continue
         idiom = inst.starts["idiom"][1]
         first = first_sweep_round(inst, cfg, library, sources, rounds=min(2, cfg.sweep_rounds))
         pts = sweep_points(idiom, [], buildable) + [p for ps in first.values() for p in ps]
@@ -153,6 +162,60 @@ class BackgroundBuild:
         done = [f.result() for f in self.futures if f.done() and not f.cancelled() and f.exception() is None]
         return {"kernels": len(self.futures), "built_or_cached": len(done), "ok": sum(r.ok for r in done),
                 "cached": sum(r.cached for r in done), "jobs": self.workers, "background": True,
+                "wall_s_at_stop": round(time.perf_counter() - self.t0, 1)}
+
+
+def _structural_instance(args) -> list[tuple[str, tuple[str, ...]]]:
+    """(source, flags) of one instance's structural paths (klineage.heldout.run.structural_paths: the
+    rewrites each searching condition gates if each is kept) and the first sweep round on their ends."""
+    root, name, cfg, library, sources = args
+    from klineage.apply.materialize import point_flags
+    from klineage.heldout import load_instances
+    from klineage.heldout.run import first_sweep_round, structural_paths
+    (inst,) = load_instances(root, None, [name])
+    paths = structural_paths(inst, cfg, library, sources)
+    jobs = {(st["source"], ()): None for path in paths.values() for st in path}
+    for pts in first_sweep_round(inst, cfg, library, sources, paths=paths).values():
+        for cond, path in paths.items():
+            if path:
+                jobs.update({(path[-1]["source"], point_flags(p)): None for p in pts})
+    return list(jobs)
+
+
+def _structural_build(root, names, cfg, library, sources, threads):
+    """In a process of its own: the structural jobs of the instances `names`, each instance's compiled
+    (by `threads` nvcc at a time, into the build cache the run reads) as soon as it is known."""
+    from klineage.gate.compile import compile_kernel
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for n in names:
+            for src, flags in _structural_instance((root, n, cfg, library, sources)):
+                pool.submit(compile_kernel, src, extra_flags=flags)
+
+
+class StructuralBuild:
+    """With `structural`, the kernels of the structural rewrites each searching condition gates if it
+    keeps them, and the first sweep round after them, built beside the run by processes of their own
+    (working them out takes the recognisers and detectors a while per instance; the run does not
+    wait for them, and builds itself what it reaches first)."""
+
+    def __init__(self, root, instances, cfg, library, sources):
+        import multiprocessing
+        ctx = multiprocessing.get_context("spawn")
+        self.workers = max(1, min(len(instances), ((os.cpu_count() or 1) - 4) // 2))
+        names = [i.name for i in instances]
+        self.procs = [ctx.Process(target=_structural_build, daemon=True,
+                                  args=(root, names[k::self.workers], cfg, library, sources, 2))
+                      for k in range(self.workers)]
+        for p in self.procs:
+            p.start()
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> dict:
+        done = sum(not p.is_alive() for p in self.procs)
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        return {"structural": True, "processes": self.workers, "finished": done,
                 "wall_s_at_stop": round(time.perf_counter() - self.t0, 1)}
 
 
@@ -212,6 +275,7 @@ def main() -> int:
     from klineage.pipelines import load_pipeline
     from klineage.store import open_store
     from klineage.gate.compile import FRONT_END_SUFFIX, export_front_end_answers
+    from klineage.heldout.records import LIBRARY_SUFFIX, write_library_record
     from klineage.store.recorded import import_paths, load_front_end
 
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None  # noqa: E731
@@ -242,8 +306,12 @@ def main() -> int:
                     | {fallback_hash(i.workload.content_hash) for i in instances if i.has_fallback})
     pre = None
     background = None
+    structural_build = None
     if ns.prebuild:
         lib = store.skills()
+        if hp.config.structural:
+            structural_build = StructuralBuild(hp.root, instances, hp.config, lib, skill_sources(store, lib))
+            print(f"prebuild: structural paths of {len(instances)} instances in a process of their own", flush=True)
         if ns.prebuild_wait:
             pre = prebuild(instances, hp.config, lib, skill_sources(store, lib))
             print("prebuild:", pre, flush=True)
@@ -286,6 +354,9 @@ def main() -> int:
         if background is not None:
             pre = background.stop()
             print("prebuild:", pre, flush=True)
+        if structural_build is not None:
+            pre = {**(pre or {}), "structural": structural_build.stop()}
+            print("prebuild (structural):", pre["structural"], flush=True)
         try:
             gate.close()
         except Exception:  # noqa: BLE001 - closing a worker must not lose the export
@@ -293,11 +364,13 @@ def main() -> int:
         n = store.export_evaluations(ns.out / f"heldout_h200_{tag}.jsonl.gz", workload_hashes=hashes)
         # every front-end answer the run used, which a replay needs to choose the same sweep axes
         n_fe = export_front_end_answers(ns.out / f"heldout_h200_{tag}{FRONT_END_SUFFIX}")
+        # the library the run measured and the corpus its audit read, so a replay stands when they change
+        library = write_library_record(store, ns.out / f"heldout_h200_{tag}{LIBRARY_SUFFIX}")
         store.close()
     record = {"benchmark": "heldout_h200", "args": {k: str(v) for k, v in vars(ns).items()}, "tag": tag,
               "config": hp.config.to_dict(), "instances": [i.name for i in instances], "environment": env,
               "seeded_from_recorded": seeded, "prebuild": pre, "exported_evaluations": n,
-              "exported_front_end_answers": n_fe,
+              "exported_front_end_answers": n_fe, "library": library,
               "cut_by_time_limit": cut, "failure": failure, "wall_s": round(time.perf_counter() - t0, 1),
               "run_id": report["run_id"] if report else None,
               "verdict": report["summary"]["verdict"] if report else None}

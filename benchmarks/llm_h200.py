@@ -26,7 +26,8 @@ CFG's [gate] table is the corpus run's timing (5 warm-up calls, 3 trials of 25),
 command with --replay: the recorded evaluations in skills_db/evaluations and those given with
 --import) finds the ladder's records on a machine with no GPU. Without a GPU and without --replay each
 command stops at its first live evaluation, after compiling, and says so. `--dry-run` runs each
-command with --dry-run (prompt and cost estimate, nothing sent) and checks the server got nothing.
+command with its prompt preview (mine --prompt-only, the others --dry-run: prompt and cost estimate,
+nothing sent) and checks the server got nothing.
 
 Writes DIR/llm_h200.json (per command: exit code, wall time, the lineage's steps and rejections, each
 baseline's trajectory, the cost accounting of the harness and of the server, checks; the environment),
@@ -332,8 +333,10 @@ def main(argv: list[str] | None = None) -> int:
         server.load(scripts["mine"]["replies"], scripts["mine"]["default"])
         first = len(server.requests)
         via = ["--base-url", server.url + "/v1"] if api == "openai" else []  # else ANTHROPIC_BASE_URL
+        # mine's prompt preview is --prompt-only (its --dry-run walks with compile-only gating)
+        mine_common = [("--prompt-only" if a == "--dry-run" else a) for a in common]
         rc, out, rec = runner("mine", ["mine", "--config", str(cfg), "--db", str(db), "--budget-usd",
-                                       str(MINE_BUDGET_USD), "--json", "--quiet", *via, *common], TIMEOUT_S["mine"])
+                                       str(MINE_BUDGET_USD), "--json", "--quiet", *via, *mine_common], TIMEOUT_S["mine"])
         mine = {"rc": rc, "wall_s": rec["wall_s"], "server": server_accounting(server, first, DEFAULT_MODEL)}
         body = _json(out)
         if ns.dry_run:

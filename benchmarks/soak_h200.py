@@ -123,6 +123,11 @@ def corpus_files() -> list[tuple[Path, Path]]:
     return out
 
 
+def _status(outcome: str | None) -> str | None:
+    """The status of a header's `dynamic: STATUS [error_kind]`."""
+    return outcome.split()[0] if outcome else None
+
+
 def build_candidates(count: int, seed: int = 20261204) -> list[Cand]:
     rs = ROOT / "expert_kernels" / "row_sum"
     hostile: list[Cand] = []
@@ -131,14 +136,14 @@ def build_candidates(count: int, seed: int = 20261204) -> list[Cand]:
         hostile.append(Cand(f"gallery {p.name}", "hostile", rs, text, full=True, expect=h.get("expect"),
                             meta={"pitfall": h.get("pitfall")}))
         hostile.append(Cand(f"gallery {p.name} (guard off)", "hostile", rs, text, guard=False, full=True,
-                            expect=h.get("dynamic"), meta={"pitfall": h.get("pitfall")}))
+                            expect=_status(h.get("dynamic")), meta={"pitfall": h.get("pitfall")}))
     for p in sorted((ROOT / "tests" / "faults").glob("*.cu")):
         text, h = p.read_text(), header(p.read_text())
         hostile.append(Cand(f"fault {p.name}", "hostile", rs, text, full=True, expect=h.get("expect"),
                             meta={"fault": h.get("fault")}))
         if "dynamic" in h:
             hostile.append(Cand(f"fault {p.name} (guard off)", "hostile", rs, text, guard=False, full=True,
-                                expect=h["dynamic"], meta={"fault": h.get("fault")}))
+                                expect=_status(h["dynamic"]), meta={"fault": h.get("fault")}))
         if p.name in REPEATED_FAULTS:  # another kernel hash: evaluated afresh, not read from the store
             hostile.append(Cand(f"fault {p.name} (copy 2)", "hostile", rs, text + "\n// soak: a second copy\n",
                                 full=True, expect=h.get("expect"), meta={"fault": h.get("fault")}))

@@ -1,4 +1,27 @@
 """The library's error hierarchy; the CLI turns these into click.ClickException at the boundary."""
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """What every klineage command exits with (docs/cli.md holds this table)."""
+    OK = 0
+    FAILED = 1        # a kernel or a run failed (a start kernel that does not build, no GPU for a live run)
+    BAD_INPUT = 2     # bad input: an option, a path, a file, a configuration, an unknown id
+    VERDICT = 3       # gate: a verdict other than PASSED
+    MISSING = 4       # a replay lacked recorded evaluations
+    INTERRUPTED = 130  # Ctrl-C (SIGINT); what was decided before it is stored
+
+
+EXIT_CODE_MEANING = {
+    ExitCode.OK: "success",
+    ExitCode.FAILED: "a kernel or a run failed (a start kernel that does not build, no GPU for a live "
+                     "evaluation, an internal error)",
+    ExitCode.BAD_INPUT: "bad input: an option, path, file, configuration or id the command cannot use; "
+                        "the message names the fix",
+    ExitCode.VERDICT: "`gate`: at least one kernel got a verdict other than PASSED",
+    ExitCode.MISSING: "a replay lacked recorded evaluations (they are listed)",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C); what was decided before is stored",
+}
 
 
 class KLineageError(Exception):
@@ -61,11 +84,18 @@ class StoreError(KLineageError):
 
 
 class NoDeviceError(KLineageError):
-    """A live evaluation was asked for on a machine with no CUDA device."""
+    """A live evaluation was asked for on a machine with no CUDA device. `partial` holds what was
+    done before the stop (the guard's and the build's results, as dicts) when the gate got that far."""
+    exit_code = ExitCode.FAILED
+
+    def __init__(self, message: str, partial: dict | None = None):
+        super().__init__(message)
+        self.partial = partial or {}
 
 
 class ReplayMissingError(KLineageError):
     """A replayed evaluation has no recorded measurement."""
+    exit_code = ExitCode.MISSING
 
 
 class BudgetExhausted(KLineageError):

@@ -10,11 +10,13 @@ trajectory can always be read back.
          (klineage.lineage.mine.load_config)
   apply  name, description, [gate], [apply]:
            workload (folder), start (kernel file), materializers (list of rules/sweep/llm),
-           budget_steps, budget_usd, budget_s, admission (bool), sweep_axes (source/buildable), model,
-           base_url, out (folder)
+           budget_steps, budget_usd, budget_s, admission (bool), sweep_axes (source/buildable),
+           structural (library/off: the retrieved structural skills first, or none), model, base_url,
+           out (folder)
   heldout  name, description, [gate], [heldout]:
            root (folder of instances), conditions (list), budget, seed, final_rounds, sweep_rounds,
-           sweep_axes (source/buildable), admission (bool),
+           sweep_axes (source/buildable), admission (bool), structural (bool: structural rewrites
+           first, the controls the same rewriters without the library; klineage.heldout.run),
            vendor (auto/primary/fallback), failure_speedup, records (folder of recorded evaluations
            a --replay imports), out (folder), model, budget_usd, and [heldout.foreign]: family ->
            list of unrelated families (klineage.heldout.run.DEFAULT_FOREIGN when absent)
@@ -31,8 +33,8 @@ from klineage.errors import KLineageError, read_toml
 KINDS = ("mine", "apply", "heldout")
 _APPLY_TOP = {"kind", "name", "description", "gate", "apply"}
 _APPLY_KEYS = {"workload": str, "start": str, "materializers": list, "budget_steps": int, "budget_usd": (int, float),
-               "budget_s": (int, float), "admission": bool, "sweep_axes": str, "model": str, "base_url": str,
-               "out": str}
+               "budget_s": (int, float), "admission": bool, "sweep_axes": str, "structural": str, "model": str,
+               "base_url": str, "out": str, "records": str}
 
 
 class PipelineError(KLineageError):
@@ -54,6 +56,15 @@ class Pipeline:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
 
+def _structural_mode(value: str | None) -> dict | None:
+    """ApplyConfig.structural from an apply pipeline's `structural` (library, the default, or off)."""
+    if value in (None, "library"):
+        return {"mode": "library"}
+    if value == "off":
+        return None
+    raise ValueError(f"structural = {value!r}: choose library or off")
+
+
 @dataclass
 class ApplyPipeline:
     workload: Path
@@ -62,6 +73,7 @@ class ApplyPipeline:
     gate: dict
     base_url: str | None
     out: Path | None
+    records: list = None  # record files or folders a --replay imports first (apply.records)
 
 
 def _read(path: Path) -> tuple[str, dict]:
@@ -93,21 +105,15 @@ class HeldoutPipeline:
 
 _HELDOUT_TOP = {"kind", "name", "description", "gate", "heldout"}
 _HELDOUT_KEYS = {"root": str, "conditions": list, "budget": int, "seed": int, "final_rounds": int, "sweep_rounds": int,
-                 "sweep_axes": str, "admission": bool,
+                 "sweep_axes": str, "admission": bool, "structural": bool,
                  "vendor": str, "failure_speedup": float, "records": str, "out": str, "model": str,
                  "budget_usd": (int, float), "foreign": dict}
 
 
-def _check_gate(path: Path, gate: dict) -> None:
-    from klineage.lineage.mine import _GATE_KEYS
-    if not isinstance(gate, dict):
-        raise PipelineError(f"{path}: [gate] must be a table of warmup, reps, trials, backlog_us")
-    for k, v in gate.items():
-        if k not in _GATE_KEYS:
-            raise PipelineError(f"{path}: unknown key gate.{k} (allowed: {', '.join(_GATE_KEYS)})")
-        lo, hi = _GATE_KEYS[k]
-        if type(v) is not int or not lo <= v <= hi:
-            raise PipelineError(f"{path}: gate.{k} = {v!r}: expected an int from {lo} to {hi}")
+def _check_gate(path: Path, gate: dict, arch: bool = False) -> None:
+    # the held-out pipeline's instances and records are sm_90a builds: it takes no gate.arch
+    from klineage.lineage.mine import check_gate_table
+    check_gate_table(path, gate, PipelineError, arch=arch)
 
 
 def heldout_pipeline(path: Path, raw: dict) -> HeldoutPipeline:
@@ -134,8 +140,8 @@ def heldout_pipeline(path: Path, raw: dict) -> HeldoutPipeline:
             raise PipelineError(f"{path}: heldout.foreign.{fam} must be a list of family names")
     gate = raw.get("gate", {})
     _check_gate(path, gate)
-    kw = {k: ho[k] for k in ("budget", "seed", "final_rounds", "sweep_rounds", "sweep_axes", "admission", "vendor",
-                             "failure_speedup", "model", "budget_usd") if k in ho}
+    kw = {k: ho[k] for k in ("budget", "seed", "final_rounds", "sweep_rounds", "sweep_axes", "admission", "structural",
+                             "vendor", "failure_speedup", "model", "budget_usd") if k in ho}
     if "conditions" in ho:
         kw["conditions"] = tuple(ho["conditions"])
     if "foreign" in ho:
@@ -172,10 +178,7 @@ def _apply_pipeline(path: Path, raw: dict) -> ApplyPipeline:
         if m not in ("rules", "sweep", "llm"):
             raise PipelineError(f"{path}: apply.materializers: {m!r} is not one of rules, sweep, llm")
     gate = raw.get("gate", {})
-    from klineage.lineage.mine import _GATE_KEYS
-    for k, v in gate.items():
-        if k not in _GATE_KEYS:
-            raise PipelineError(f"{path}: unknown key gate.{k} (allowed: {', '.join(_GATE_KEYS)})")
+    _check_gate(path, gate, arch=True)
     base = path.resolve().parent.parent
     wl, start = base / ap["workload"], base / ap["start"]
     if not (wl / "workload.py").is_file():
@@ -185,7 +188,8 @@ def _apply_pipeline(path: Path, raw: dict) -> ApplyPipeline:
     try:
         cfg = ApplyConfig(materializers=mats, budget_steps=ap.get("budget_steps", 16), budget_usd=ap.get("budget_usd"),
                           budget_s=ap.get("budget_s"), admission=ap.get("admission", True), model=ap.get("model"),
-                          sweep_axes=ap.get("sweep_axes", "source"))
+                          sweep_axes=ap.get("sweep_axes", "source"), structural=_structural_mode(ap.get("structural")))
     except ValueError as e:
         raise PipelineError(f"{path}: [apply]: {e}") from None
-    return ApplyPipeline(wl, start, cfg, dict(gate), ap.get("base_url"), base / ap["out"] if "out" in ap else None)
+    return ApplyPipeline(wl, start, cfg, dict(gate), ap.get("base_url"), base / ap["out"] if "out" in ap else None,
+                         [base / ap["records"]] if "records" in ap else [])

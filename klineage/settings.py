@@ -23,6 +23,11 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+def shipped_library() -> Path:
+    """The skill library shipped with the source tree; only the commands that rebuild it write it."""
+    return repo_root() / "skills_db" / "skills.duckdb"
+
+
 def recorded_dir() -> Path:
     """Recorded evaluations shipped with the repo, used by --replay."""
     return Path(os.environ.get("KLINEAGE_RECORDED") or repo_root() / "skills_db" / "evaluations")

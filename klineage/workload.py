@@ -32,6 +32,18 @@ A workload file is plain Python defining these module-level names (all required 
                 gate's fixed warm-up and reps; with it a slow candidate (a naive attention kernel at
                 a second per call) gets fewer, never under 5 timed calls per trial. The reps used
                 are recorded with each timing.
+    DOMAIN      (optional) the inputs the kernels are valid on, for code written for a restricted
+                domain: {"multiple_of": {"C": 4, "N*C": 256}, "at_least": {"C": 32},
+                "aligned_bytes": 16}. multiple_of and at_least map a shape key, or a product of
+                keys joined by "*", to an int; aligned_bytes is the alignment every pointer base
+                keeps (the "offset" shape key must keep it). Every benchmark case must lie inside
+                it; probe shapes outside it are not run (the gate and the stress probes skip
+                them), and the domain is a precondition of every skill mined on the workload.
+    LAUNCH      (optional) launch configurations the entry point takes as int arguments:
+                {"block": [256, 128, 512]} for an ARGS entry {"name": "block", "kind": "int"}.
+                The first value is the one the gate passes; the others are the axis a sweep may
+                try (Workload.with_launch gives the workload that passes them). scalars(shape)
+                leaves such an argument out.
     check(inputs, outputs, shape) -> list of str (optional): problems found in a kernel's outputs,
                 empty when they are valid, for outputs an elementwise comparison cannot judge
                 (top-k indices where several columns hold equal values). The gate fails a seed
@@ -118,6 +130,8 @@ class Workload:
     content_hash: str
     module: Any = field(repr=False, compare=False)
     timing_budget_s: float | None = None
+    domain: dict = field(default_factory=dict)  # DOMAIN, checked ({} when undeclared)
+    launch: dict = field(default_factory=dict)  # LAUNCH, checked: name -> [default, other values...]
 
     # Thin wrappers so callers never reach into the module directly.
     def make_inputs(self, shape: dict, seed: int, device: str = "cpu") -> dict:
@@ -127,7 +141,26 @@ class Workload:
         return self.module.outputs(shape)
 
     def scalars(self, shape: dict) -> dict:
-        return self.module.scalars(shape)
+        """The int/float arguments of a call at `shape`, the launch configuration's defaults included."""
+        return {**self.module.scalars(shape), **self.launch_values}
+
+    @property
+    def launch_values(self) -> dict:
+        """The launch configuration the gate passes: the first value of each LAUNCH axis."""
+        return {k: v[0] for k, v in self.launch.items()}
+
+    def outside_domain(self, shape: dict) -> list[str]:
+        """The conditions of DOMAIN that `shape` violates ([] inside it, or without a DOMAIN)."""
+        return domain_violations(self.domain, shape, self.pointer_args)
+
+    def domain_preconditions(self) -> list[dict]:
+        """DOMAIN as skill preconditions (category, condition, what fails without it, evidence)."""
+        return domain_preconditions(self.domain, self.name)
+
+    def with_launch(self, values: dict) -> "Workload":
+        """This workload passing `values` as its launch configuration (a generated workload file, named
+        by its content, so its evaluations are keyed apart); WorkloadError for a name that is no axis."""
+        return launch_variant(self, values)
 
     def reference(self, inputs: dict, shape: dict) -> dict:
         return self.module.reference(inputs, shape)
@@ -169,8 +202,9 @@ class Workload:
         return int(shape.get(OFFSET_KEY, 0))
 
     def all_shapes(self) -> list[tuple[str, dict]]:
-        """(kind, shape) for every benchmark case then every probe shape."""
-        return [("benchmark", s) for s in self.benchmark_cases] + [("probe", s) for s in self.probe_shapes]
+        """(kind, shape) for every benchmark case then every probe shape inside the DOMAIN."""
+        return [("benchmark", s) for s in self.benchmark_cases] + [
+            ("probe", s) for s in self.probe_shapes if not self.outside_domain(s)]
 
     def describe(self) -> dict:
         return {
@@ -185,6 +219,9 @@ class Workload:
             "stateful": self.stateful,
             "path": str(self.path),
             "content_hash": self.content_hash,
+            **({"domain": self.domain, "probes_outside_domain": [dict(s) for s in self.probe_shapes
+                                                                 if self.outside_domain(s)]} if self.domain else {}),
+            **({"launch": self.launch} if self.launch else {}),
         }
 
 
@@ -295,10 +332,10 @@ def _check_callables(path: Path, mod) -> None:
             raise _fail(path, "check", "signature must be check(inputs, outputs, shape)")
 
 
-def _check_consistency(path: Path, mod, args: tuple[Arg, ...], shape: dict) -> None:
+def _check_consistency(path: Path, mod, args: tuple[Arg, ...], shape: dict, launch: dict | None = None) -> None:
     """Call the cheap contract functions on the first benchmark case and check their keys."""
     want_out = {a.name for a in args if a.kind == "ptr" and a.role in ("out", "inout")}
-    want_scalar = {a.name for a in args if a.kind != "ptr"}
+    want_scalar = {a.name for a in args if a.kind != "ptr"} - set(launch or {})
     for fname, want in (("outputs", want_out), ("scalars", want_scalar)):
         try:
             got = getattr(mod, fname)(shape)
@@ -410,14 +447,151 @@ def load_workload(path: str | Path) -> Workload:
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0):
         raise _fail(p, "TIMING_BUDGET_S", f"expected a positive number of seconds, got {budget!r}")
     _check_callables(p, mod)
+    launch = _check_launch(p, getattr(mod, "LAUNCH", None), args)
+    domain = _check_domain(p, getattr(mod, "DOMAIN", None), cases + probes)
+    ptrs = tuple(a for a in args if a.kind == "ptr")
+    for i, shape in enumerate(cases):
+        bad = domain_violations(domain, shape, ptrs)
+        if bad:
+            raise _fail(p, f"BENCHMARK_CASES[{i}]", f"{shape_key(shape)} lies outside DOMAIN ({bad[0]}): "
+                        "change the case or the domain")
     for shape in cases + probes:
-        _check_consistency(p, mod, args, shape)
+        _check_consistency(p, mod, args, shape, launch)
     return Workload(
         name=name, family=family, dtypes=tuple(dtypes), entry=entry, args=args, tolerance=tol,
         benchmark_cases=cases, probe_shapes=probes, vendor_name=vendor_name, stateful=stateful,
         path=p, content_hash=content_hash(p, source, shared), module=mod,
-        timing_budget_s=None if budget is None else float(budget),
+        timing_budget_s=None if budget is None else float(budget), domain=domain, launch=launch,
     )
+
+
+# ---------------------------------------------------------------------------- domain and launch
+DOMAIN_KEYS = ("multiple_of", "at_least", "aligned_bytes")
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8, "uint8": 1, "int8": 1}
+
+
+def _term_value(term: str, shape: dict) -> int | None:
+    """The value of a domain term (a shape key or keys joined by "*") at `shape`; None when a key is absent."""
+    n = 1
+    for k in term.split("*"):
+        k = k.strip()
+        if k not in shape:
+            return None
+        n *= shape[k]
+    return n
+
+
+def _check_domain(path: Path, raw, shapes: tuple[dict, ...]) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not raw:
+        raise _fail(path, "DOMAIN", f"expected a dict with some of {list(DOMAIN_KEYS)}, got {raw!r}")
+    unknown = sorted(set(raw) - set(DOMAIN_KEYS))
+    if unknown:
+        raise _fail(path, "DOMAIN", f"unknown key {unknown[0]!r}; allowed: {', '.join(DOMAIN_KEYS)}")
+    keys = {k for s in shapes for k in s}
+    out: dict = {}
+    for part in ("multiple_of", "at_least"):
+        table = raw.get(part)
+        if table is None:
+            continue
+        if not isinstance(table, dict) or not table:
+            raise _fail(path, f"DOMAIN[{part!r}]", "expected a dict of shape key (or KEY*KEY) -> positive int")
+        for term, v in table.items():
+            names = [t.strip() for t in str(term).split("*")]
+            if not all(n.isidentifier() for n in names) or any(n not in keys for n in names):
+                raise _fail(path, f"DOMAIN[{part!r}]", f"{term!r} is not a shape key or a product of shape keys "
+                            f"(keys: {', '.join(sorted(keys))})")
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise _fail(path, f"DOMAIN[{part!r}]", f"{term!r}: {v!r} is not a positive int")
+        out[part] = {"*".join(t.strip() for t in str(k).split("*")): v for k, v in table.items()}
+    if "aligned_bytes" in raw:
+        a = raw["aligned_bytes"]
+        if isinstance(a, bool) or not isinstance(a, int) or a <= 0 or a & (a - 1) or a > 256:
+            raise _fail(path, "DOMAIN['aligned_bytes']", f"{a!r}: expected a power of two up to 256")
+        out["aligned_bytes"] = a
+    return out
+
+
+def domain_violations(domain: dict, shape: dict, pointers: tuple[Arg, ...] = ()) -> list[str]:
+    """The conditions of `domain` that `shape` violates, as text; [] when it lies inside."""
+    bad = []
+    for term, m in domain.get("multiple_of", {}).items():
+        v = _term_value(term, shape)
+        if v is not None and v % m:
+            bad.append(f"{term} = {v} is not a multiple of {m}")
+    for term, lo in domain.get("at_least", {}).items():
+        v = _term_value(term, shape)
+        if v is not None and v < lo:
+            bad.append(f"{term} = {v} is under {lo}")
+    align = domain.get("aligned_bytes")
+    off = int(shape.get(OFFSET_KEY, 0))
+    if align and off:
+        for a in pointers:
+            if (off * DTYPE_BYTES[a.dtype]) % align:
+                bad.append(f"{a.name} starts {off * DTYPE_BYTES[a.dtype]} bytes past a {align}-byte boundary")
+                break
+    return bad
+
+
+def domain_preconditions(domain: dict, workload: str) -> list[dict]:
+    """One layout precondition per condition of a declared DOMAIN."""
+    conds = ([f"{t} is a multiple of {m}" for t, m in domain.get("multiple_of", {}).items()]
+             + [f"{t} is at least {lo}" for t, lo in domain.get("at_least", {}).items()]
+             + ([f"every pointer argument is aligned to {domain['aligned_bytes']} bytes"]
+                if domain.get("aligned_bytes") else []))
+    return [{"category": "layout", "condition": c,
+             "fails_without": "outside the domain its kernels were written for; nothing there was run",
+             "evidence": f"the DOMAIN the workload {workload} declares: the kernels were mined only inside it"}
+            for c in conds]
+
+
+def _check_launch(path: Path, raw, args: tuple[Arg, ...]) -> dict:
+    if raw is None:
+        return {}
+    ints = {a.name for a in args if a.kind in ("int", "int64")}
+    if not isinstance(raw, dict) or not raw:
+        raise _fail(path, "LAUNCH", f"expected a dict of int argument name -> list of values, got {raw!r}")
+    out = {}
+    for name, values in raw.items():
+        if name not in ints:
+            raise _fail(path, "LAUNCH", f"{name!r} is not an int argument of ARGS: add {{\"name\": {name!r}, "
+                        "\"kind\": \"int\"}} to ARGS where the entry point takes it")
+        if (not isinstance(values, (list, tuple)) or not values
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
+                or len(set(values)) != len(values)):
+            raise _fail(path, "LAUNCH", f"{name!r}: {values!r} is not a list of distinct positive ints "
+                        "(the first is the default)")
+        out[name] = list(values)
+    return out
+
+
+_LAUNCH_APPENDIX = '''
+
+# ---- generated by klineage.workload.launch_variant: this launch configuration first ----
+LAUNCH = {launch!r}
+'''
+
+
+def launch_variant(wl: Workload, values: dict) -> Workload:
+    """`wl` with `values` as the launch configuration the gate passes (see Workload.with_launch)."""
+    from klineage import settings
+    bad = sorted(set(values) - set(wl.launch))
+    if bad:
+        raise WorkloadError(f"{wl.path}: {bad[0]!r} is not a LAUNCH axis of {wl.name} "
+                            f"(axes: {', '.join(wl.launch) or 'none'})")
+    launch = {k: [values[k]] + [v for v in vals if v != values[k]] if k in values else vals
+              for k, vals in wl.launch.items()}
+    if launch == wl.launch:
+        return wl
+    text = Path(wl.path).read_text() + _LAUNCH_APPENDIX.format(launch=launch)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    d = settings.data_dir() / "launch" / f"{wl.name}-{digest}"
+    corpus = Path(wl.path).parent.parent
+    for src in shared_modules(Path(wl.path)):
+        write_generated(d.parent / src.relative_to(corpus), src.read_bytes())
+    write_generated(d / "workload.py", text.encode())
+    return load_workload(d)
 
 
 def _get(mod, path: Path, name: str):

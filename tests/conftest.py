@@ -1,7 +1,12 @@
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
+
+from tests.library_guard import LibraryGuard
+
+SHIPPED_LIBRARY = Path(__file__).resolve().parents[1] / "skills_db" / "skills.duckdb"
 
 
 def _has_gpu() -> bool:
@@ -13,6 +18,11 @@ def _has_gpu() -> bool:
 
 HAS_GPU = _has_gpu()
 HAS_NVCC = shutil.which("nvcc") is not None
+
+
+def pytest_configure(config):
+    """No test run may change the shipped library's bytes: checked when the session ends."""
+    config.pluginmanager.register(LibraryGuard(SHIPPED_LIBRARY), "shipped-library-guard")
 
 
 def pytest_collection_modifyitems(config, items):

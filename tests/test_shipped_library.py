@@ -9,6 +9,7 @@
 import gzip
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ TERMINATIONS = {"complete", "no_proposal", "step_limit", "rejection_limit", "sta
 
 
 def _dump(db: Path) -> dict:
-    store = open_store(db)
+    store = open_store(db, read_only=True)  # the shipped library is never written by a test
     try:
         return json.loads(json.dumps(store.canonical_dump(), sort_keys=True, default=str))
     finally:
@@ -77,13 +78,37 @@ def test_replayed_library_is_the_one_the_h200_run_stored(replayed):
     assert [(l["workload_name"], l["proposer"]) for l in mine["lineages"]] == \
         [(l["workload_name"], l["proposer"]) for l in device["lineages"]]
     assert mine["lineages"] == device["lineages"]
-    # the cards' measured configuration came after that run (it reads the kernel sources, measures
-    # nothing): everything else is what the H200 stored
-    assert [_before_measured_configuration(s) for s in mine["skills"]] == device["skills"]
+    # the cards' measured configuration and the carriers' rendering (`// ...` where code is left out)
+    # came after that run (both read the kernel sources, measure nothing), and so did the admission
+    # rule (the effect a card states, reproduced on another workload): its verdicts are read again
+    # from the same recorded trials. Everything else is what the H200 stored
+    assert [_without_carrier_code(_without_admission_verdict(_before_measured_configuration(s)))
+            for s in mine["skills"]] == [_without_carrier_code(_without_admission_verdict(s)) for s in device["skills"]]
     assert all("measured_configuration" not in s["card"]["carrier"] for s in device["skills"])
+    measured = ("workload", "base_hash", "kernel_hash", "base_origin", "status", "eval_key")
+    for got, want in zip(mine["skills"], device["skills"]):
+        g, w = got["card"]["admission"]["trials"], want["card"]["admission"]["trials"]
+        assert [{k: t.get(k) for k in measured} for t in g] == [{k: t.get(k) for k in measured} for t in w], got["name"]
+        assert [[(c["shape"], c["trial_speedups"]) for c in t.get("cases", [])] for t in g] == \
+            [[(c["shape"], c["trial_speedups"]) for c in t.get("cases", [])] for t in w], got["name"]
 
 
 MEASURED_MD = re.compile(r"Measured at \(the tuning constants[^\n]*\n(?:- [^\n]*\n)*")
+CARRIER_MD = re.compile(r"Before \(simpler kernel\):\n```cuda\n.*?\n```\nAfter \(with the mechanism\):\n```cuda\n.*?\n```\n",
+                        flags=re.S)
+
+
+ADMISSION_MD = re.compile(r"- admission roundtrip on [^\n]*\n|## Admission\n[^\n]*\n")
+
+
+def _without_admission_verdict(skill: dict) -> dict:
+    """A skill without its admission verdict (status, reason, trials and their lines in the text),
+    which admission reads from the recorded trials by the rule of klineage.lineage.admit."""
+    out = json.loads(json.dumps(skill))
+    out["card"].pop("admission", None)
+    out["card"]["verification"] = [v for v in out["card"]["verification"] if v.get("kind") != "admission"]
+    out["card_md"] = ADMISSION_MD.sub("", out["card_md"])
+    return out
 
 
 def _before_measured_configuration(skill: dict) -> dict:
@@ -92,6 +117,43 @@ def _before_measured_configuration(skill: dict) -> dict:
     out["card"]["carrier"].pop("measured_configuration", None)
     out["card_md"] = MEASURED_MD.sub("", out["card_md"])
     return out
+
+
+def _without_carrier_code(skill: dict) -> dict:
+    """A skill without its carrier's before/after code (text and card), which the lift renders from
+    the lineage's kernels (test_ladder_carriers_are_rendered_from_the_stored_kernels)."""
+    out = json.loads(json.dumps(skill))
+    out["card"]["carrier"].pop("before")
+    out["card"]["carrier"].pop("after")
+    out["card_md"], n = CARRIER_MD.subn("", out["card_md"])
+    assert n == 1, skill["name"]
+    return out
+
+
+def test_ladder_carriers_are_rendered_from_the_stored_kernels(tmp_path):
+    """Each ladder skill's carrier is the changed code of its first evidence step, with `// ...` where
+    code is left out (klineage.lineage.lift._changed_code), in the card and in its text."""
+    from klineage.lineage.lift import ELIDED, _changed_code
+    db = tmp_path / "lib.duckdb"
+    shutil.copy(SHIPPED, db)
+    dump = _dump(db)
+    steps = {t["transition_id"]: t for l in dump["lineages"] for t in l["transitions"]}
+    store = open_store(db)
+    try:
+        checked = 0
+        for s in dump["skills"]:
+            card = s["card"]
+            if not card["carrier"]["forward_rewrite"].startswith("ladder step"):
+                continue
+            t = steps[card["evidence"][0]]
+            simpler, richer = (store.get_kernel(t[k])["source"] for k in ("simpler_hash", "richer_hash"))
+            assert (card["carrier"]["before"], card["carrier"]["after"]) == _changed_code(simpler, richer), s["name"]
+            assert f"```cuda\n{card['carrier']['after']}\n```" in s["card_md"]
+            checked += 1
+    finally:
+        store.close()
+    assert checked >= 25
+    assert any(ELIDED in s["card"]["carrier"]["after"] for s in dump["skills"])
 
 
 def test_cards_carry_the_configuration_of_the_kernels_they_were_measured_in(shipped_skills):
@@ -233,8 +295,8 @@ def test_skills_cli_show_and_export(shipped_skills, tmp_path):
         top = dict(l.split(": ", 1) for l in front.splitlines() if not l.startswith(" ") and ": " in l)
         assert top["name"] == f.name and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", f.name) and len(f.name) <= 64
         assert json.loads(top["description"]) and len(json.loads(top["description"])) <= 1024
-        text = body
-        assert "## Intent" in text and "## Effects" in text
+        assert "## When to use it" in body and "## What it gave" in body  # the rules: tests/report/test_skill_md.py
+        assert "## Intent" in (f / "references" / "card.md").read_text()
     jl = tmp_path / "skills.jsonl"
     r = runner.invoke(main, ["skills", "export", "--db", str(SHIPPED), "--format", "jsonl", "--out", str(jl)])
     assert r.exit_code == 0
@@ -292,7 +354,7 @@ def test_the_library_names_no_path_of_a_checkout():
 
 
 def test_the_shipped_library_has_every_migration():
-    """Opening it with any command must not rewrite it: its schema is the newest one."""
+    """Its schema is the newest one, so the commands that read it (read-only, no migration) can."""
     import duckdb
 
     from klineage.store.migrations import MIGRATIONS

@@ -167,17 +167,8 @@ def test_detectors_see_only_the_declared_mechanism_enter():
                               "coarsening", "unroll"}
 
 
-def test_versions_ladder_walks_down_to_its_bundled_rung(workload):
-    from tests.lineage.test_walk import ScriptedGate
-    from klineage.lineage.proposers import make_proposer
-    from klineage.lineage.walk import Limits, Walker
-
-    w = Walker(ScriptedGate(), workload, [make_proposer("versions", WORKLOAD_DIR)], Limits())
-    lin = w.run((WORKLOAD_DIR / "expert.cu").read_text(), origin="expert_kernels/swiglu/expert.cu")
-    assert [t["mechanism"] for t in lin["transitions"]] == ["unroll", "coarsening", "cache_hint"]
-    (rej,) = lin["rejections"]
-    assert rej["kind"] == "audit" and rej["locus"] == "version:04_vector_access"
-    assert rej["audit"]["added_forward"] == ["coarsening", "vector_access"] and lin["termination"] == "no_proposal"
+def test_versions_ladder_walks_to_the_naive_kernel(workload):
+    assert_versions_walk(workload, WORKLOAD_DIR, LADDER, EXPERT_ADDS)
 
 
 # ---------------------------------------------------------------- the workload contract and oracle

@@ -81,7 +81,7 @@ def test_find_workload_for_kernel():
 def test_offset_shapes_place_every_pointer_past_alignment():
     torch = pytest.importorskip("torch")
     from klineage.gate.worker import _empty_at, place_inputs
-    wl = load_workload(Path("expert_kernels/row_sum"))
+    wl = load_workload(ROOT / "expert_kernels" / "row_sum")
     assert wl.pointer_offset({"rows": 3, "cols": 5}) == 0
     shape = {"rows": 3, "cols": 5, "offset": 1}
     assert wl.pointer_offset(shape) == 1

@@ -2,7 +2,10 @@
 
     start kernel --gate--> best
     repeat:  retrieve on the current best (skills already tried on it left out)
-             take the next (skill, backend) in rank order; sweep points are steered by every candidate
+             a structural skill (one a shape rewriter adds, klineage.mechanisms.shapes, to a kernel
+             of a shape it recognises in the best) not tried on the best yet comes first, alone: one
+             per step, before any sweep point;
+             else take the next (skill, backend) in rank order; sweep points are steered by every candidate
              gate the candidate; compare its timing trial by trial with the best's (compare_timing)
              faster beyond the noise in every trial of every case -> re-measure it in another
              worker process (round 2: Gate.repeat) and compare again; kept only if still faster
@@ -19,6 +22,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import random
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -58,9 +62,18 @@ class ApplyConfig:
     # static checks), and the steered sweep then proposes only those. Left out of to_dict when
     # "source" (run ids as before).
     sweep_axes: str = "source"
+    # Structural rewrites (a shape rewriter's, klineage.mechanisms.shapes) in the rules backend: None,
+    # none (the rules write what their family's reoptimize writes; skills no such rewrite adds are
+    # skipped); {"mode": "library"}, the retrieved skills a shape rewriter adds to the best first, one
+    # per step before any sweep point, each with its card's parameters; {"mode": "random", "seed": S},
+    # the control without the library: every mechanism a shape rewriter adds, in one order drawn at
+    # random (random.Random(S)), at the rewriters' own parameters, and no other rules. Left out of
+    # to_dict when None (run ids as before).
+    structural: dict | None = None
 
     def __post_init__(self):
         check_sweep_axes(self.sweep_axes)
+        check_structural(self.structural)
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__, materializers=list(self.materializers))
@@ -70,6 +83,8 @@ class ApplyConfig:
             del d["sweep_rounds"]
         if d["sweep_axes"] == "source":
             del d["sweep_axes"]
+        if d["structural"] is None:
+            del d["structural"]
         return d
 
 
@@ -193,7 +208,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
     rounds: dict[str, int] = collections.Counter()  # sweep rounds per kernel up to its tunables' values
     exhausted: set[str] = set()  # best kernels whose sweep order is spent (the random control's: at once)
     swept: set[tuple] = {_config_key(start, {})}  # the configurations the sweep has gated (or started from)
-    mats = {"rules": RulesMaterializer(), "sweep": make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, gate.config.arch))}
+    mats = {"rules": RulesMaterializer(structural=cfg.structural is not None), "sweep": make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, gate.config.arch))}
     if "llm" in cfg.materializers:
         from klineage.apply.materialize import LLMBackendMaterializer
         mats["llm"] = LLMBackendMaterializer(llm)
@@ -209,7 +224,9 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
             facts = target_facts(wl, best.source, cfg.platform, best.result)
             retrieval, retrieved_for = retrieve(skills, facts, admission=cfg.admission), bh
         queue: list[tuple[str, Candidate | None, dict | None]] = []
-        for backend in cfg.materializers:
+        structural_next = (_next_structural(cfg, retrieval, tried, bh, best.source, wl)
+                           if "rules" in cfg.materializers else None)
+        for backend in (() if structural_next is not None else cfg.materializers):
             if backend == "sweep":
                 fam = _family(best.source)
                 if bh not in exhausted and rounds[fam] < max(1, cfg.sweep_rounds):
@@ -226,7 +243,8 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                     queue += [("sweep", c, None) for _, c in keyed]
                     swept.update(k for k, _ in keyed)
                 continue
-            for c in retrieval["candidates"]:
+            random_rules = backend == "rules" and (cfg.structural or {}).get("mode") == "random"
+            for c in ([] if random_rules else retrieval["candidates"]):  # the random control: no library
                 if (bh, backend + c["skill_id"]) in tried:
                     continue
                 if backend == "rules" and _structural(c["mechanism"]):
@@ -234,6 +252,8 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                     continue
                 queue.append((backend, None, c))
                 break
+        if structural_next is not None:
+            queue = [("rules", None, structural_next)]
         if not queue:
             return finish("no_candidates", best, retrieval)
         sweep_steps: list[tuple[dict, Candidate, GateResult]] = []
@@ -242,7 +262,7 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
                 break
             if entry is not None:
                 tried.add((bh, backend + entry["skill_id"]))
-                skill = _skill(skills, entry)
+                skill = entry.get("skill") or _skill(skills, entry)
                 try:
                     got = mats[backend].propose(skill, best.source, wl, feedback)
                 except Exception as exc:  # BudgetExhausted, or a backend error: a stop or a recorded step
@@ -321,9 +341,48 @@ def _config_keys(source: str):
 
 
 def _structural(mechanism: str) -> bool:
+    """Whether the rules backend's queue passes `mechanism` over: no reoptimize in its family. A shape
+    rewriter's skills come through _next_structural instead, first, where one recognises the kernel
+    (so a kernel no shape rewriter reads is searched as it was without them)."""
     from klineage.mechanisms import registry
     m = registry().get(mechanism)
     return m is None or bool(m.STRUCTURAL)
+
+
+def check_structural(spec: dict | None) -> None:
+    """Raise ValueError unless `spec` is None, {"mode": "library"} or {"mode": "random", "seed": S}."""
+    ok = spec is None or spec == {"mode": "library"} or (
+        spec.get("mode") == "random" and set(spec) == {"mode", "seed"} and isinstance(spec.get("seed"), int))
+    if not ok:
+        raise ValueError(f"structural {spec!r}: None (no structural rewrites), {{'mode': 'library'}} (the retrieved "
+                         "skills') or {'mode': 'random', 'seed': S} (every shape rewriter's, in a seeded order)")
+
+
+def structural_order(spec: dict | None) -> list[str]:
+    """The mechanisms the random control's structural rewrites take, in its seeded order: every one a
+    shape rewriter adds (sorted, then shuffled by random.Random(seed))."""
+    from klineage.mechanisms.shapes import rewriters
+    names = sorted({m for rw in rewriters() for m in rw.mechanisms})
+    random.Random((spec or {}).get("seed", 0)).shuffle(names)
+    return names
+
+
+def _next_structural(cfg: ApplyConfig, retrieval: dict, tried: set, bh: str, source: str, wl) -> dict | None:
+    """The next structural rewrite to gate on the best `bh` (`source`): the first retrieved skill
+    whose mechanism a shape rewriter recognising the kernel adds, not tried on it yet (or, for the
+    random control, the first such mechanism of its order), as a retrieval entry; None when none is left."""
+    from klineage.mechanisms.shapes import recognises
+    if cfg.structural is None:
+        return None
+    if cfg.structural["mode"] == "library":
+        return next((c for c in retrieval["candidates"] if (bh, "rules" + c["skill_id"]) not in tried
+                     and recognises(c["mechanism"], source, wl)), None)
+    for m in structural_order(cfg.structural):
+        sid = f"random:{m}"
+        if (bh, "rules" + sid) not in tried and recognises(m, source, wl):
+            return {"skill_id": sid, "name": m, "mechanism": m, "terms": None,
+                    "skill": {"skill_id": sid, "name": m, "mechanism": m, "card": None}}
+    return None
 
 
 def _skill(skills: list[dict], entry: dict) -> dict:

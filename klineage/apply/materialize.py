@@ -316,12 +316,20 @@ def steered_by(skills: list[dict], source: str, point: dict[str, int]) -> tuple[
 
 
 class RulesMaterializer:
+    """The mechanism's forward rewrite: its family's reoptimize; with `structural`, else a shape
+    rewriter's (klineage.mechanisms.shapes)."""
     name = "rules"
 
+    def __init__(self, structural: bool = False):
+        self.structural = structural
+
     def propose(self, skill: dict, kernel: str, wl: Workload, feedback: str | None = None) -> list[Candidate]:
-        card = skill["card"]
+        """The mechanism's forward rewrite (its family's reoptimize, else a shape rewriter's with the
+        card's parameters); a skill without a card (the random control's) takes the rewriters' own."""
+        card = skill.get("card") or {}
         requires = [r if isinstance(r, str) else r[-1] for r in card.get("requires") or []]
-        got = rewrite_for(skill["mechanism"], kernel, requires, (card.get("carrier") or {}).get("config"))
+        got = rewrite_for(skill["mechanism"], kernel, requires, (card.get("carrier") or {}).get("config"),
+                          card=card or None, workload=wl, structural=self.structural)
         if got is None:
             return []
         src, info = got

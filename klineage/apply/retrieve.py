@@ -87,12 +87,16 @@ def bottleneck_of(result) -> dict:
 
 
 def target_facts(wl: Workload, source: str, platform: str = PLATFORM_H200, start_result=None) -> TargetFacts:
+    """The facts of a target kernel; its mechanisms are what the detectors see and what the shape
+    rewriters read (a warp per row, a register cache: structural mechanisms no detector sees)."""
+    from klineage.mechanisms.shapes import shape_mechanisms
     feats = detect_all(source)
     shapes = [s for _, s in wl.all_shapes()]
     bench = max(wl.benchmark_cases, key=lambda s: math.prod(_dims(s)))
     return TargetFacts(
         workload=wl.name, family=getattr(wl.module, "FAMILY", ""), dtypes=tuple(wl.dtypes), platform=platform,
-        mechanisms={f.mechanism for f in feats}, features=sorted([f.mechanism, f.anchor] for f in feats),
+        mechanisms={f.mechanism for f in feats} | shape_mechanisms(source, wl),
+        features=sorted([f.mechanism, f.anchor] for f in feats),
         elements=math.prod(_dims(bench)),
         misaligned_bases=any(wl.pointer_offset(s) for s in shapes),
         ragged=any(d % 4 for s in shapes for d in _dims(s)),

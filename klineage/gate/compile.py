@@ -31,6 +31,10 @@ from klineage import settings
 from klineage.errors import InputError
 
 DEFAULT_ARCH = "sm_90a"
+# the targets a gate may build for (--arch, [gate] arch): Ampere to Blackwell, with the arch-specific
+# "a" forms where nvcc 13 has them (wgmma and setmaxnreg assemble for sm_90a only)
+ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_103", "sm_103a",
+         "sm_120", "sm_120a", "sm_121")
 BASE_FLAGS = ("-O3", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-lineinfo")
 COMPILE_TIMEOUT_S = 120.0  # KLINEAGE_NVCC_TIMEOUT_S overrides
 NO_NVCC = "nvcc not found on PATH: install the CUDA toolkit (nvcc 13) or add it to PATH"

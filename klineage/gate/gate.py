@@ -12,6 +12,7 @@ import contextlib
 import enum
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -93,6 +94,53 @@ class GateConfig:
     round: int = 1  # >1: a repeat measurement (in another worker process: Gate.repeat), keyed apart from round 1
 
 
+_FIELD_NAMES = {"timing": "timing", "flags": "sweep flags", "round": "timing round", "shapes": "shapes",
+                "seeds": "seeds", "arch": "arch", "guard": "guard"}
+
+
+def _show(v) -> str:
+    if isinstance(v, list) and v and isinstance(v[0], dict) and "shape" in v[0]:
+        return f"{len(v)} shapes"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {x}" for k, x in sorted(v.items()))
+    return "none" if v is None or v == [] else (" ".join(map(str, v)) if isinstance(v, list) else str(v))
+
+
+# Instructions that build for some targets only: (pattern, what, the targets that have it).
+_ARCH_ONLY = (
+    (re.compile(r"\bwgmma\."), "wgmma", ("sm_90a",)),
+    (re.compile(r"\bsetmaxnreg\b"), "setmaxnreg", ("sm_90a", "sm_100a", "sm_103a", "sm_120a")),
+    (re.compile(r"cp\.async\.bulk|cp\.reduce\.async\.bulk"), "TMA (cp.async.bulk)",
+     ("sm_90", "sm_90a", "sm_100", "sm_100a", "sm_103", "sm_103a", "sm_120", "sm_120a", "sm_121")),
+    (re.compile(r"__cluster_dims__|cudaLaunchKernelEx|\bcluster\.sync\(|%cluster_"), "thread-block clusters",
+     ("sm_90", "sm_90a", "sm_100", "sm_100a", "sm_103", "sm_103a", "sm_120", "sm_120a", "sm_121")),
+)
+
+
+def arch_needs(source: str, arch: str | None = None) -> str | None:
+    """A sentence naming the instructions of `source` that only some targets build and which targets
+    those are, when `arch` (None: any) is not one of them; None when nothing restricts it."""
+    needs = [(what, targets) for rx, what, targets in _ARCH_ONLY if rx.search(source)]
+    bad = [(w, t) for w, t in needs if arch is None or arch not in t]
+    if not bad:
+        return None
+    common = set.intersection(*(set(t) for _, t in needs))
+    from klineage.gate.compile import ARCHS
+    allowed = [a for a in ARCHS if a in common]
+    uses = ", ".join(w for w, _ in needs)
+    where = f"only {', '.join(allowed)} build{'s' if len(allowed) == 1 else ''} it" if allowed else "no single target builds it"
+    return (f"the kernel uses {uses}: {where}" + (f" (gate it with --arch {allowed[0]} on such a GPU)" if allowed
+                                                  and arch is not None else ""))
+
+
+def gate_config_for(table: dict | None, **kw) -> GateConfig:
+    """The GateConfig of a run configuration's [gate] table: its timing keys over DEFAULT_TIMING, and
+    its arch (default DEFAULT_ARCH)."""
+    t = dict(table or {})
+    arch = t.pop("arch", None) or DEFAULT_ARCH
+    return GateConfig(arch=arch, timing={**DEFAULT_TIMING, **t}, **kw)
+
+
 class Gate:
     """Evaluate kernels for workloads. `store` is a klineage.store Store (or None: nothing kept);
     `worker` a klineage.gate.pool.GateWorker started on first live use. With an `executor`
@@ -102,6 +150,9 @@ class Gate:
     def __init__(self, store=None, config: GateConfig | None = None, worker=None, executor=None,
                  group: str = "main", owns_group: bool = False, build_stored: bool = False):
         self.store = store
+        # called with the phase's name ("guard", "compile", "lookup", "evaluate") as each starts, so a
+        # command can say what a long evaluation is doing; None: silent
+        self.on_phase = None
         # True: build a kernel even when its evaluation is stored (a replay then shows that every
         # recorded kernel still builds with this nvcc); False: a stored record is used unbuilt
         self.build_stored = build_stored
@@ -157,6 +208,7 @@ class Gate:
         """Guard, compile and evaluate one kernel source. Raises NoDeviceError only when a live
         evaluation is needed and no GPU exists, ReplayMissingError when replay finds no record."""
         khash = kernel_hash(source)
+        self._phase("guard")
         guard = check_source(source, workload)
         if self.config.guard and not guard.ok:
             req = self.request(source, workload)
@@ -168,19 +220,22 @@ class Gate:
             # A stored record needs no build: its request names the nvcc that made it, which is the one
             # here (or any, on replay). This keeps a replay, or a run continued from records, from
             # compiling every kernel it only looks up.
+            self._phase("lookup")
             early = self._stored(source, workload, replay, khash,
                                  self.request(source, workload, nvcc=nvcc_version()), origin)
             if early is not None:
                 return early
+        self._phase("compile")
         compiled = (self.executor.compile(source, self.config.arch, tuple(self.config.extra_flags))
                     if self.executor is not None else compile_kernel(source, self.config.arch, self.config.extra_flags))
         self.compile_log.append({"kernel_hash": khash, "cached": compiled.cached, "seconds": compiled.seconds,
                                  "ok": compiled.ok})
         req = self.request(source, workload, compiled)
         if not compiled.ok:
+            need = arch_needs(source, self.config.arch)
             res = GateResult(Status.COMPILE_ERROR, khash, workload.name, _digest(req), "static", guard.to_dict(),
                              compile=compiled.to_dict(), error_kind=compiled.error_kind,
-                             error_message=compiled.error_message)
+                             error_message=(compiled.error_message or "") + (f"; {need}" if need else ""))
             self._store_result(res, req, source, origin, workload)
             return res
         claim = self.executor.claim(("eval", _digest(req))) if self.executor is not None else contextlib.nullcontext()
@@ -206,20 +261,23 @@ class Gate:
             if found is not None:
                 return found
         if replay:
-            raise ReplayMissingError(
-                f"no recorded evaluation of kernel {khash[:12]} for workload {workload.name} with this request "
-                f"(nvcc {compiled.nvcc_version}, arch {self.config.arch}, seeds {list(self.config.seeds)}): "
-                "run it on a GPU machine without --replay, or import its records with `klineage evals import`")
+            raise self.replay_missing(khash, workload, req)
+        self._phase("evaluate")
         payload = {"so_path": compiled.so_path, "workload_path": str(workload.path),
                    "shapes": req["shapes"], "seeds": req["seeds"], "timing": req["timing"]}
-        if self.executor is not None:
-            raw = self.executor.evaluate_live(source, compiled, payload, self._group, tuple(self.config.extra_flags),
-                                              stall_s=self.config.stall_s, total_s=self.config.total_s)
-            env = raw.get("env")
-        else:
-            worker = self._live_worker()
-            raw = worker.evaluate(payload, stall_s=self.config.stall_s, total_s=self.config.total_s)
-            env = raw.get("env") or worker.env_info
+        try:
+            if self.executor is not None:
+                raw = self.executor.evaluate_live(source, compiled, payload, self._group, tuple(self.config.extra_flags),
+                                                  stall_s=self.config.stall_s, total_s=self.config.total_s)
+                env = raw.get("env")
+            else:
+                worker = self._live_worker()
+                raw = worker.evaluate(payload, stall_s=self.config.stall_s, total_s=self.config.total_s)
+                env = raw.get("env") or worker.env_info
+        except NoDeviceError as exc:  # what was done before the stop goes with it (`klineage gate` shows it)
+            exc.partial = exc.partial or {"kernel_hash": khash, "workload": workload.name, "guard": guard.to_dict(),
+                                          "compile": compiled.to_dict()}
+            raise
         status = Status(raw["status"])
         res = GateResult(status, khash, workload.name, _digest({**req, "gpu": (env or {}).get("gpu")}), "live",
                          guard.to_dict(), compile=compiled.to_dict(), correctness=raw.get("correctness", []),
@@ -230,6 +288,46 @@ class Gate:
             res.activity = dict(res.activity or {}, partial_timing=raw["timing"])
         self._store_result(res, req, source, origin, workload, replace=remeasure)
         return res
+
+    def _phase(self, name: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(name)
+
+    def replay_missing(self, khash: str, workload: Workload, req: dict) -> ReplayMissingError:
+        """The error of a replay that finds no record of `req`, naming the fields in which the nearest
+        record of the same kernel differs (timing, seeds, arch, sweep flags, round, shapes, the
+        workload file); `.differs` holds them as {field: (recorded, asked)}."""
+        head = f"no recorded evaluation of kernel {khash[:12]} for workload {workload.name} with this request"
+        fix = "run it on a GPU machine without --replay, or import its records with `klineage evals import`"
+        near = [] if self.store is None else self.store.find_evaluations(kernel_hash=khash)
+        same_wl = [r for r in near if r["workload_hash"] == workload.content_hash]
+        if not near:
+            err = ReplayMissingError(f"{head}: no record of this kernel at all: {fix}")
+            err.differs = {}
+            return err
+        if not same_wl:
+            err = ReplayMissingError(f"{head}: this kernel is recorded only for another version of the workload "
+                                     f"file ({near[0]['workload_name']}, workload hash "
+                                     f"{near[0]['workload_hash'][:12]}; here {workload.content_hash[:12]}): "
+                                     f"the workload changed since; {fix}")
+            err.differs = {"workload": (near[0]["workload_hash"], workload.content_hash)}
+            return err
+        ignore = {"kernel_hash", "workload_hash", "nvcc", "gate_version"}
+
+        def diff(rec: dict) -> dict:
+            keys = (set(rec) | set(req)) - ignore
+            return {k: (rec.get(k), req.get(k)) for k in sorted(keys) if rec.get(k) != req.get(k)}
+        best = min((diff(r["request"]) for r in same_wl), key=len)
+        parts = []
+        for k, (a, b) in best.items():
+            if isinstance(a, dict) and isinstance(b, dict):  # only the keys that differ
+                keys = sorted(x for x in set(a) | set(b) if a.get(x) != b.get(x))
+                a, b = {x: a.get(x) for x in keys}, {x: b.get(x) for x in keys}
+            parts.append(f"{_FIELD_NAMES.get(k, k)}: recorded {_show(a)}, asked {_show(b)}")
+        err = ReplayMissingError(f"{head}; the nearest record differs in {'; '.join(parts)}: match those "
+                                 f"settings (e.g. the run configuration that recorded it), or {fix}")
+        err.differs = best
+        return err
 
     def evaluate_file(self, path: str | Path, workload: Workload, **kw) -> GateResult:
         p = Path(path)

@@ -1,6 +1,6 @@
 """Static guard: reject, with the reason and the line, what harness-pitfalls.md makes checkable in
-source. Runs on comment- and string-stripped text, so a ban mentioned in a comment is not a hit and
-a ban hidden in a string literal still is (strings are checked separately for file paths).
+source. Runs on comment- and string-stripped text, so a ban mentioned in a comment is not a hit; the
+string literals are checked separately by the rules that look for paths (/proc/self/mem).
 
 Each rule names the pitfall number of shared/reference/harness-pitfalls.md it defends.
 """
@@ -20,6 +20,7 @@ class Rule:
     reason: str
     applies: str = "always"  # "always" | "stateless" (only when the workload forbids state) | "no_half"
     file_scope: bool = False  # match only on lines at file (or namespace) scope
+    in_strings: bool = False  # match the string literals (which the code text has blanked), not the code
 
 
 @dataclass
@@ -48,8 +49,11 @@ class GuardResult:
         return f"line {v.line}: {v.reason} [{v.rule_id}, pitfall {v.pitfall}]{more}"
 
 
-def _r(rule_id, pitfall, regex, reason, applies="always", file_scope=False):
-    return Rule(rule_id, pitfall, re.compile(regex, re.M), reason, applies, file_scope)
+def _r(rule_id, pitfall, regex, reason, applies="always", file_scope=False, in_strings=False):
+    return Rule(rule_id, pitfall, re.compile(regex, re.M), reason, applies, file_scope, in_strings)
+
+
+_COUNTER_TYPE = r"(?:unsigned[ \t]+|signed[ \t]+)?(?:int|long(?:[ \t]+long)?|short|char|size_t|unsigned|u?int(?:8|16|32|64)_t)"
 
 
 RULES: tuple[Rule, ...] = (
@@ -84,6 +88,16 @@ RULES: tuple[Rule, ...] = (
        "reads files, the environment or other libraries; a kernel computes from its arguments only"),
     _r("network_process", 23, r"(\b(socket|connect|system|popen|exec[lv]p?e?)\s*\(|#\s*include\s*<(sys/socket\.h|netinet/\w+\.h)>)",
        "opens a socket or runs a program"),
+    _r("process_memory", 7, r"(/proc/(self|\d+|%d)/(mem|maps|pagemap)\b|/dev/(k?mem)\b)",
+       "reads the process's own memory (heap scraping for the expected answer); compute it from the inputs",
+       in_strings=True),
+    _r("process_memory_call", 7, r"\b(process_vm_readv|ptrace|dl_iterate_phdr|sbrk)\s*\(",
+       "reads the process's own memory (heap scraping for the expected answer); compute it from the inputs"),
+    _r("call_counter", 15,
+       rf"\bstatic[ \t]+{_COUNTER_TYPE}[ \t]+(\w+)[ \t]*(?:=[^;]*)?;"
+       r"(?=[\s\S]*?(?:(?:\+\+|--)[ \t]*\1\b|\b\1[ \t]*(?:\+\+|--|[+-]=)))",
+       "counts its own calls in a static variable, which lets it tell the checked calls from the timed ones",
+       applies="stateless"),
     _r("host_clock", 15, r"(\bstd::chrono\b|\b(clock_gettime|gettimeofday|time)\s*\(|#\s*include\s*<(chrono|ctime|time\.h|sys/time\.h)>|%globaltimer)",
        "reads a clock, which lets a kernel tell warm-up from timed calls"),
     _r("static_host_state", 5, r"^[^\n]*\bstatic\s+(?!(const|constexpr|__device__|__forceinline__|inline|__global__|__host__|void)\b)[\w:<>]+[\s*&]+\w+\s*(=|;|\[)",
@@ -179,12 +193,17 @@ def _applies(rule: Rule, workload: Workload | None) -> bool:
 
 def check_source(source: str, workload: Workload | None = None) -> GuardResult:
     """Scan a kernel source; ok=False with every violation (rule, pitfall, line, reason)."""
-    text, _strings = strip_comments(source)
+    text, strings = strip_comments(source)
     violations: list[Violation] = []
     lines = text.splitlines()
     top = file_scope_lines(text)
     for rule in RULES:
         if not _applies(rule, workload):
+            continue
+        if rule.in_strings:
+            for lineno, lit in strings:
+                if rule.pattern.search(lit):
+                    violations.append(Violation(rule.rule_id, rule.pitfall, lineno, f'"{lit[:190]}"', rule.reason))
             continue
         for m in rule.pattern.finditer(text):
             lineno = text.count("\n", 0, m.start()) + 1

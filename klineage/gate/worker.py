@@ -12,7 +12,10 @@ Evaluation of one candidate:
     refilled with each seed's data (a cache keyed on pointers returns stale answers), outputs are
     pre-filled with NaN, the candidate runs before the oracle, inputs are checked for mutation;
  2. an activity check of one call under CUPTI (torch.profiler): every kernel must run on the
-    stream the harness passed, and the persisting-L2 limit must still be 0;
+    stream the harness passed. After the correctness calls, the activity call and the timing, the
+    device's persisting-L2 settings (the limit, which the worker sets to 0 at start, and the access
+    policy window of the harness stream) must be as the worker left them; a candidate that changed
+    them is rejected and the settings are put back, so no later candidate runs under them;
  3. timing on the benchmark shapes: fresh inputs for every call (rotated buffers refilled outside
     the window), the L2 flushed by writing a buffer of at least twice its size before every call,
     persisting L2 lines reset, CUDA events around the call only, warm-up then several trials,
@@ -56,6 +59,9 @@ CUDA_ERRORS = {
     710: "cudaErrorAssert", 716: "cudaErrorMisalignedAddress", 719: "cudaErrorLaunchFailure",
 }
 CUDA_LIMIT_PERSISTING_L2 = 0x06
+CUDA_STREAM_ATTR_ACCESS_POLICY_WINDOW = 1  # cudaStreamAttributeAccessPolicyWindow (cudaLaunchAttributeAccessPolicyWindow)
+_STREAM_ATTR_BYTES = 256  # cudaStreamAttrValue (a union of 64 bytes in CUDA 12 and 13), with room to spare
+_WINDOW_NUM_BYTES_AT = 8  # accessPolicyWindow = {void* base_ptr; size_t num_bytes; float hitRatio; ...}
 MIN_TIMED_REPS = 5  # a workload's TIMING_BUDGET_S never cuts a trial below this many timed calls
 SPIN_CYCLES_PER_US = 2000  # torch.cuda._sleep counts SM cycles: at least 1 us each up to 2 GHz (H200: 1980 MHz)
 BACKLOG_CALIBRATION_CALLS = 6  # untimed calls per side whose host-side dispatch sizes the backlog (first dropped)
@@ -142,6 +148,48 @@ class Device:
         self.cudart = _cudart()
         self._copy_bw = None
         self._peak = None
+        # The harness owns the persisting-L2 carve-out: none at all (a driver may default to a part of
+        # the L2: 30% on the H200). What the worker leaves here is what every candidate must leave.
+        self.persisting_l2_default = self.persisting_l2_limit()
+        self._set_persisting_l2_limit(0)
+        self.settings_baseline = self.l2_settings()
+
+    def _set_persisting_l2_limit(self, value: int) -> None:
+        if self.cudart is not None:
+            self.cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, ctypes.c_size_t(value))
+
+    def _runtime(self, name: str):
+        """A CUDA runtime function by name, None when the library (or that symbol) is not there."""
+        return getattr(self.cudart, name, None) if self.cudart is not None else None
+
+    def _stream_window_bytes(self) -> int | None:
+        """num_bytes of the access policy window on the harness stream (0: none), None if unreadable."""
+        get = self._runtime("cudaStreamGetAttribute")
+        if get is None:
+            return None
+        buf = ctypes.create_string_buffer(_STREAM_ATTR_BYTES)
+        rc = get(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), CUDA_STREAM_ATTR_ACCESS_POLICY_WINDOW, buf)
+        if rc != 0:
+            self.cudart.cudaGetLastError()  # an unsupported query is no candidate's error
+            return None
+        return ctypes.c_size_t.from_buffer(buf, _WINDOW_NUM_BYTES_AT).value
+
+    def l2_settings(self) -> dict:
+        """The device settings a candidate could change to keep data in L2 across the flush."""
+        return {"persisting_l2_limit": self.persisting_l2_limit(), "stream_window_bytes": self._stream_window_bytes()}
+
+    def restore_l2_settings(self) -> None:
+        """Put the persisting-L2 limit and the harness stream's window back as the worker set them,
+        and demote every persisting line."""
+        if self.cudart is None:
+            return
+        self._set_persisting_l2_limit(self.settings_baseline["persisting_l2_limit"] or 0)
+        put = self._runtime("cudaStreamSetAttribute")
+        if put is not None:
+            put(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), CUDA_STREAM_ATTR_ACCESS_POLICY_WINDOW,
+                ctypes.create_string_buffer(_STREAM_ATTR_BYTES))  # num_bytes 0: no window
+        self.cudart.cudaCtxResetPersistingL2Cache()
+        self.cudart.cudaGetLastError()
 
     def flush_l2(self) -> None:
         # A read pass: it evicts (and writes back) every dirty line before the window opens, and
@@ -225,8 +273,12 @@ def environment(dev: Device) -> dict:
         env.update(dict(zip(keys, q)))
     except Exception as exc:  # nvidia-smi missing is recorded, not fatal
         env["driver"] = f"unknown ({type(exc).__name__})"
+    from klineage.gate import worker_code_hash
     from klineage.gate.compile import nvcc_version
     env["nvcc"] = nvcc_version()
+    env["worker_code"] = worker_code_hash()
+    env["persisting_l2_default_bytes"] = dev.persisting_l2_default
+    env["l2_settings"] = dev.settings_baseline
     return env
 
 
@@ -259,6 +311,17 @@ def _sync(where: str) -> None:
     except RuntimeError as exc:
         msg = str(exc).strip().splitlines()[0]
         raise CandidateFailure("RUNTIME_ERROR", "cuda_error", f"{where}: {msg}", fatal=True)
+
+
+def settings_changed(baseline: dict, now: dict, where: str) -> CandidateFailure | None:
+    """The rejection of a candidate after which the device's L2 settings differ from the worker's."""
+    if now == baseline:
+        return None
+    what = "; ".join(f"{k} {baseline.get(k)} -> {now.get(k)}" for k in sorted(set(baseline) | set(now))
+                     if baseline.get(k) != now.get(k))
+    return CandidateFailure("GUARD_REJECTED", "persisting_l2",
+                            f"{where}: the candidate changed the device's persisting-L2 settings ({what}); "
+                            "persisting lines survive the cache flush (the settings were put back)")
 
 
 def _check_rc(rc: int, where: str) -> None:
@@ -420,7 +483,7 @@ class Evaluator:
         outs = alloc_outputs(workload, shape)
         scal = workload.scalars(shape)
         _sync("before the activity check")
-        limit_before = self.dev.persisting_l2_limit()
+        limit_before = self.dev.persisting_l2_limit()  # the worker's (0) unless an earlier call changed it
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
             marker = torch.empty(1, device="cuda").fill_(0)  # a harness kernel: names our stream
@@ -570,6 +633,16 @@ class Evaluator:
             **({"backlog_us": dict(spin)} if floor_us > 0 else {}),
         }
 
+    # -- device settings ---------------------------------------------------------------------
+    def check_settings(self, where: str) -> None:
+        """CandidateFailure (GUARD_REJECTED, persisting_l2) when the candidate's calls so far left the
+        L2 settings other than the worker set them; they are put back first."""
+        now = self.dev.l2_settings()
+        failure = settings_changed(self.dev.settings_baseline, now, where)
+        if failure is not None:
+            self.dev.restore_l2_settings()
+            raise failure
+
     # -- one request -------------------------------------------------------------------------
     def evaluate(self, req: dict) -> dict:
         t0 = time.perf_counter()
@@ -579,6 +652,7 @@ class Evaluator:
             cand = Candidate(req["so_path"], workload)
             shapes = [(s["kind"], s["shape"]) for s in req["shapes"]]
             result["correctness"] = self.correctness(cand, workload, shapes, req["seeds"])
+            self.check_settings("after the correctness calls")
             t_checked = time.perf_counter()
             result["phases"] = {"correctness_s": t_checked - t0, "timing_s": 0.0}
             bad = [c for c in result["correctness"] if not c["ok"]]
@@ -601,14 +675,11 @@ class Evaluator:
                     raise CandidateFailure("GUARD_REJECTED", "off_stream_work",
                                            f"kernel {k['name']} ran on stream {k['stream']}, not the harness "
                                            f"stream {act['harness_stream']}: work outside the timed stream")
-                if act["persisting_l2_limit_after"] != act["persisting_l2_limit_before"]:
-                    raise CandidateFailure("GUARD_REJECTED", "persisting_l2",
-                                           f"persisting-L2 limit changed from {act['persisting_l2_limit_before']} to "
-                                           f"{act['persisting_l2_limit_after']} bytes by the candidate; persisting "
-                                           "lines survive the cache flush")
+                self.check_settings("after the activity call")
                 for shape in bench:
                     tm = self.timing(cand, workload, shape, req["timing"])
                     result["timing"].append(tm)
+                    self.check_settings(f"after the timed calls of {shape_key(shape)}")
                     bad_re = [r for r in tm["rechecks"] if not r["ok"]]
                     if bad_re:
                         raise CandidateFailure("INCORRECT", "timed_output_wrong",
@@ -631,6 +702,9 @@ class Evaluator:
             fatal = "CUDA" in msg or "cuda" in msg
             result.update(status="RUNTIME_ERROR", error_kind="cuda_error" if fatal else "runtime_error",
                           error_message=msg.strip()[:1000], fatal=fatal)
+        if not result.get("fatal") and self.dev.l2_settings() != self.dev.settings_baseline:
+            self.dev.restore_l2_settings()  # a candidate rejected for something else changed them too
+            result["l2_settings_restored"] = True
         result["wall_s"] = time.perf_counter() - t0
         return result
 

@@ -282,16 +282,22 @@ def overlap_audit(store, instances: list[Instance], rows: list[dict], root: Path
                      | {r[k] for r in rows for k in ("kernel_hash", "produced_hash") if r.get(k)})
     prefixes = sorted({settings.display_path(root).rstrip("/") + "/", str(Path(root).resolve()) + "/"})
     queries = store.library_overlap(names, whashes, khashes, prefixes)
+    # the report is the same from every checkout: the checkout's absolute path is shown as <checkout>
+    top = str(settings.repo_root().resolve())
+    for q in queries:
+        q["params"] = [f"<checkout>{p[len(top):]}" if isinstance(p, str) and p.startswith(top + "/") else p
+                       for p in q["params"]]
     cases = case_audit(store, instances)
     return {"clean": all(not q["rows"] for q in queries) and not cases["same_case"], "queries": queries, "cases": cases}
 
 
-def similarity_audit(store, rows: list[dict], expert_root: Path | None = None, top: int = TOP_PAIRS) -> dict:
+def similarity_audit(store, rows: list[dict], corpus: dict | None = None, top: int = TOP_PAIRS) -> dict:
     """Every produced kernel (the final kernel of every row, as it ran) against every expert source
-    file: the best match per kernel and the highest pairs overall."""
-    root = Path(expert_root or settings.expert_dir())
-    experts = {settings.display_path(p): similarity.fingerprints(p.read_text(errors="replace"))
-               for p in sorted(root.rglob("*.cu"))}
+    file of `corpus` (klineage.heldout.records.expert_corpus: the expert corpus as it is now, or as a
+    recorded run's library record keeps it): the best match per kernel and the highest pairs overall."""
+    from klineage.heldout.records import expert_corpus
+    corpus = corpus or expert_corpus()
+    experts = {path: similarity.fingerprints(src) for path, src in sorted(corpus["files"].items())}
     produced: dict[str, dict] = {}
     for r in rows:
         if not r.get("kernel_hash"):
@@ -315,7 +321,7 @@ def similarity_audit(store, rows: list[dict], expert_root: Path | None = None, t
                            "best_expert": best_path, "jaccard": round(best_sc.jaccard, 4),
                            "containment": round(best_sc.containment, 4)})
     pairs.sort(key=lambda x: (-x["jaccard"], -x["containment"], x["kernel"], x["expert"]))
-    return {"method": similarity.METHOD, "expert_root": settings.display_path(root), "experts": len(experts),
+    return {"method": similarity.METHOD, "expert_root": corpus["root"], "experts": len(experts),
             "kernels": len(produced), "per_kernel": per_kernel, "top_pairs": pairs[:top]}
 
 
@@ -337,7 +343,7 @@ def _library_notes(foreign: dict[str, list[str]], n: int, cfg) -> list[str]:
 # -- the whole report --------------------------------------------------------------------------------
 
 def build_report(store, run_id: str, root: Path, cfg, instances: list[Instance], rows: list[dict],
-                 library: list[dict], sources: dict) -> dict:
+                 library: list[dict], sources: dict, corpus: dict | None = None) -> dict:
     by = {(r["instance"], r["condition"]): r for r in rows}
     insts = []
     for inst in instances:
@@ -357,12 +363,13 @@ def build_report(store, run_id: str, root: Path, cfg, instances: list[Instance],
         "schema": SCHEMA, "run_id": run_id, "root": settings.display_path(root), "config": cfg.to_dict(),
         "definitions": definitions(cfg),
         "environment": [json.loads(e) for e in sorted(envs)],
-        "library": {"skills": len(library), "lineages": len(store.lineages()), "foreign": foreign,
+        "library": {"hash": store.library_hash(), "skills": len(library), "lineages": len(store.lineages()),
+                    "foreign": foreign,
                     "notes": _library_notes(foreign, len(library), cfg)},
         "instances": insts,
         "summary": summarize(rows, cfg, shared),
         "audit": {"library_overlap": overlap,
-                  "similarity": similarity_audit(store, rows),
+                  "similarity": similarity_audit(store, rows, corpus),
                   "skills_used": [{"instance": r["instance"], "condition": r["condition"], "skills": r["skills_used"]}
                                   for r in rows if r.get("skills_used")]},
         "missing": [{"instance": r["instance"], "condition": r["condition"], "reason": r["reason"]}

@@ -15,6 +15,19 @@ gated, compared trial by trial, re-measured in another worker process before it 
   llm              the llm materializer from the idiom kernel, only when a key is set; otherwise a
                    row NOT_RUN with the reason.
 
+With `structural` on, the searching conditions apply structural rewrites (a shape rewriter's,
+klineage.mechanisms.shapes: a warp or block per row, shuffles, online softmax, vectors, a register
+cache, tiling ...) before sweeping, one per step under the same budget, in one arm from the same
+start: the naive kernel for reductions that have one, else the idiom kernel:
+
+  skills           the retrieved skills a shape rewriter adds (rank order, their cards' parameters),
+                   then the steered sweep;
+  control-random   the same rewriters without the library: every mechanism they add, in one order
+                   drawn at random (seeded per instance), at the rewriters' own parameters, then the
+                   random sweep;
+  control-foreign  the skills procedure with the foreign library;
+so the comparison isolates what the cards know of when (and with what) to apply each rewrite.
+
 Budget: every condition may gate at most `budget` candidate kernels per instance (the apply loop's
 budget_steps, summed over arms). Not counted, and the same for every condition: the start kernel's
 own evaluation, the round-2 re-measure of a faster candidate, the check of a baked sweep winner, and
@@ -72,7 +85,7 @@ class HeldoutConfig:
     budget: int = 12
     seed: int = 0
     final_rounds: int = 2
-    admission: bool = False   # 1 of the 25 shipped skills is admitted; the published code defaults it off too
+    admission: bool = True    # retrieval offers admitted skills only (off: every skill, for ablation)
     vendor: str = "auto"      # auto | primary | fallback
     failure_speedup: float = 0.1
     foreign: dict = field(default_factory=lambda: {k: tuple(v) for k, v in DEFAULT_FOREIGN.items()})
@@ -84,6 +97,9 @@ class HeldoutConfig:
     # how the sweep counts its grid when it chooses its axes: "source" or "buildable"
     # (klineage.apply.loop.ApplyConfig.sweep_axes); every searching condition uses the same
     sweep_axes: str = "source"
+    # structural rewrites before sweeping, in one arm from the naive start of a reduction (else the
+    # idiom kernel); the controls take the same rewriters without the library (module docstring)
+    structural: bool = False
 
     def __post_init__(self):
         bad = sorted(set(self.conditions) - set(CONDITIONS))
@@ -103,7 +119,8 @@ class HeldoutConfig:
                 "failure_speedup": self.failure_speedup, "foreign": {k: list(v) for k, v in self.foreign.items()},
                 "timing": {**DEFAULT_TIMING, **self.timing}, "model": self.model, "budget_usd": self.budget_usd,
                 **({"sweep_rounds": self.sweep_rounds} if self.sweep_rounds != 1 else {}),
-                **({"sweep_axes": self.sweep_axes} if self.sweep_axes != "source" else {})}
+                **({"sweep_axes": self.sweep_axes} if self.sweep_axes != "source" else {}),
+                **({"structural": True} if self.structural else {})}
 
     def gate_config(self) -> GateConfig:
         return GateConfig(timing={**DEFAULT_TIMING, **self.timing})
@@ -251,22 +268,33 @@ class _InstanceRun:
     def idiom(self) -> dict:
         return self.finalize("idiom", self.inst.starts["idiom"][1], (), arms=[], used=0, library=None)
 
-    def search(self, cond: str) -> dict:
+    def arms(self, cond: str) -> tuple[list[tuple], list[dict]]:
+        """The condition's arms, (name, start kind, materializers, sweep spec, structural spec), and
+        the library it retrieves from."""
         c, inst = self.ctx, self.inst
+        if c.cfg.structural and cond != "llm":
+            start = "naive" if inst.family == "reduction" and "naive" in inst.starts else "idiom"
+            if cond == "control-random":
+                seed = random_seed(c.cfg.seed, inst.name)
+                return [("random", start, ("rules", "sweep"), {"mode": "random", "points": c.cfg.budget, "seed": seed},
+                         {"mode": "random", "seed": seed})], []
+            library = c.library if cond == "skills" else c.foreign(inst.family)
+            return [("structural", start, ("rules", "sweep"), None, {"mode": "library"})], library
         if cond == "control-random":
             seed = random_seed(c.cfg.seed, inst.name)
-            arms = [("random", "idiom", ("sweep",), {"mode": "random", "points": c.cfg.budget, "seed": seed})]
-            library = []
-        elif cond == "llm":
-            arms = [("llm", "idiom", ("llm",), None)]
-            library = c.library
-        else:
-            arms = [("sweep", "idiom", ("sweep",), None)]
-            if inst.family == "reduction" and "naive" in inst.starts:
-                arms.append(("rules", "naive", ("rules", "sweep"), None))
-            library = c.library if cond == "skills" else c.foreign(inst.family)
+            return [("random", "idiom", ("sweep",), {"mode": "random", "points": c.cfg.budget, "seed": seed}, None)], []
+        if cond == "llm":
+            return [("llm", "idiom", ("llm",), None, None)], c.library
+        arms = [("sweep", "idiom", ("sweep",), None, None)]
+        if inst.family == "reduction" and "naive" in inst.starts:
+            arms.append(("rules", "naive", ("rules", "sweep"), None, None))
+        return arms, (c.library if cond == "skills" else c.foreign(inst.family))
+
+    def search(self, cond: str) -> dict:
+        c, inst = self.ctx, self.inst
+        arms, library = self.arms(cond)
         done, used = [], 0
-        for name, start_kind, mats, sweep in arms:
+        for name, start_kind, mats, sweep, structural in arms:
             left = c.cfg.budget - used
             if left <= 0 and done:
                 done.append({"arm": name, "start": start_kind, "skipped": "the budget was spent by the arms before"})
@@ -274,7 +302,8 @@ class _InstanceRun:
             rel, start = inst.starts[start_kind]
             acfg = ApplyConfig(materializers=mats, budget_steps=left, admission=c.cfg.admission, sweep=sweep,
                                sweep_rounds=c.cfg.sweep_rounds if sweep is None else 1, sweep_axes=c.cfg.sweep_axes,
-                               budget_usd=c.cfg.budget_usd if name == "llm" else None, model=c.cfg.model if name == "llm" else None)
+                               budget_usd=c.cfg.budget_usd if name == "llm" else None, model=c.cfg.model if name == "llm" else None,
+                               structural=structural)
             llm = c.llm_for_instance() if name == "llm" else None
             run = apply(c.store, c.gate, self.wl, start, f"{c.root_text}/{rel}", acfg, llm=llm,
                         replay=c.replay, progress=c.step_progress(inst.name, cond), skills=library)
@@ -408,6 +437,8 @@ def _skills_used(arms: list[dict], library: list[dict], sources: dict[str, list[
         for st in a.get("steps", []):
             if st.get("status") in ("NO_REWRITE", "MATERIALIZE_ERROR", "NO_KERNEL"):
                 continue
+            if a["arm"] == "random" and st.get("backend") == "rules":
+                continue  # the random control's rewrites come from no skill
             names = st.get("steered_by") or ([st["skill"]] if st.get("skill") else [])
             how = "steered a sweep point" if st.get("backend") == "sweep" else f"{st.get('backend')} rewrite gated"
             for n in names:
@@ -449,10 +480,11 @@ class _Run:
 
 
 def run_heldout(store, gate: Gate, instances: list[Instance], cfg: HeldoutConfig, root: Path, replay: bool = False,
-                llm=None, llm_reason: str | None = None, progress=None) -> dict:
+                llm=None, llm_reason: str | None = None, progress=None, corpus: dict | None = None) -> dict:
     """Run (or resume) the check; returns the report (klineage.heldout.report schema). Raises
     NoDeviceError when a live evaluation is needed and no GPU exists; a replay that lacks records
-    gives rows with status MISSING (listed in the report), never an invented figure."""
+    gives rows with status MISSING (listed in the report), never an invented figure. `corpus` is the
+    expert corpus the memorization audit compares with (klineage.heldout.records; default: as it is now)."""
     from klineage.heldout.report import build_report
     run = _Run(store, gate, instances, cfg, root, replay, llm, llm_reason, progress)
     store.put_heldout_run({"run_id": run.run_id, "root": run.root_text, "config": cfg.to_dict(), "status": "running"})
@@ -481,7 +513,7 @@ def run_heldout(store, gate: Gate, instances: list[Instance], cfg: HeldoutConfig
     finally:
         run.finals.close()
     rows = store.heldout_results(run.run_id)
-    report = build_report(store, run.run_id, run.root, cfg, instances, rows, run.library, run.sources)
+    report = build_report(store, run.run_id, run.root, cfg, instances, rows, run.library, run.sources, corpus)
     status = "missing" if report["missing"] else "complete"
     store.put_heldout_run({"run_id": run.run_id, "root": run.root_text, "config": cfg.to_dict(), "status": status,
                            "report": report})
@@ -530,29 +562,87 @@ def plan(instances: list[Instance], cfg: HeldoutConfig, store, llm_reason: str |
             "instances": [{"instance": i.name, "family": i.family, "starts": {k: v[0] for k, v in i.starts.items()},
                            "tunables": tunables(i.starts["idiom"][1]),
                            "sweep_space": sweep_space(i.starts["idiom"][1], buildable), "reference": i.workload.vendor_name,
-                           "fallback": i.fallback_name, "first_sweep_round": first_sweep_round(i, cfg, library, sources)}
+                           "fallback": i.fallback_name, **_first_steps(i, cfg, library, sources)}
                           for i in instances]}
 
 
+def _first_steps(inst: Instance, cfg: HeldoutConfig, library: list[dict], sources: dict) -> dict:
+    """The plan of one instance: each searching condition's structural rewrites (with `structural`)
+    and first sweep round."""
+    paths = structural_paths(inst, cfg, library, sources)
+    out = {"first_sweep_round": first_sweep_round(inst, cfg, library, sources, paths=paths)}
+    if cfg.structural:
+        out["structural_path"] = {cond: [st["name"] for st in path] for cond, path in paths.items()}
+    return out
+
+
+def structural_paths(inst: Instance, cfg: HeldoutConfig, library: list[dict], sources: dict) -> dict[str, list[dict]]:
+    """structural_path of every searching condition of the run ({} without `structural`)."""
+    if not cfg.structural:
+        return {}
+    return {cond: structural_path(inst, cfg, library, sources, cond)
+            for cond in ("skills", "control-random", "control-foreign") if cond in cfg.conditions}
+
+
+def structural_path(inst: Instance, cfg: HeldoutConfig, library: list[dict], sources: dict, cond: str) -> list[dict]:
+    """The structural rewrites a searching condition gates from its start if each is kept (what the
+    run's search does when every one pays): [{"name", "source"}], in order, each on the kernel the ones
+    before it made; retrieval without a measured bottleneck class, as first_sweep_round."""
+    from klineage.apply.loop import ApplyConfig, _next_structural
+    from klineage.apply.materialize import RulesMaterializer
+    from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
+    start = "naive" if inst.family == "reduction" and "naive" in inst.starts else "idiom"
+    src = inst.starts[start][1]
+    if cond == "control-random":
+        lib, spec = [], {"mode": "random", "seed": random_seed(cfg.seed, inst.name)}
+    else:
+        lib, spec = (library if cond == "skills" else foreign_library(library, sources, cfg.foreign.get(inst.family, ()))), {"mode": "library"}
+    acfg = ApplyConfig(materializers=("rules",), admission=cfg.admission, structural=spec)
+    mat, out, tried = RulesMaterializer(structural=True), [], set()
+    while True:
+        key = kernel_hash(src)
+        retrieval = retrieve(lib, target_facts(inst.workload, src, PLATFORM_H200, None), admission=cfg.admission)
+        entry = _next_structural(acfg, retrieval, tried, key, src, inst.workload)
+        if entry is None:
+            return out
+        tried.add((key, "rules" + entry["skill_id"]))
+        skill = entry.get("skill") or next(s for s in lib if s["skill_id"] == entry["skill_id"])
+        got = mat.propose(skill, src, inst.workload)
+        if got:
+            src = got[0].source
+            out.append({"name": entry["name"], "source": src})
+
+
 def first_sweep_round(inst: Instance, cfg: HeldoutConfig, library: list[dict], sources: dict,
-                      rounds: int = 1) -> dict:
-    """The points each searching condition gates first on the idiom kernel, as far as the kernel's
-    static facts decide them: retrieval without the start's measured bottleneck class (the run adds
-    it, which can drop a skill whose precondition names one), then the steered sweep (with `rounds`
-    > 1, as many rounds' points of the start's sweep order: what the steered search gates where no
-    round keeps a winner); the random control's first `budget` draws, exactly (a draw nvcc refuses is
-    then replaced by the next)."""
+                      rounds: int = 1, paths: dict | None = None) -> dict:
+    """The points each searching condition gates first on the idiom kernel (with `structural`, on the
+    kernel its structural rewrites make if each is kept: structural_path, or `paths` given), as far
+    as the kernel's static facts decide them: retrieval without the start's measured bottleneck class
+    (the run adds it, which can drop a skill whose precondition names one), then the steered sweep
+    (with `rounds` > 1, as many rounds' points of the start's sweep order: what the steered search
+    gates where no round keeps a winner); the random control's first `budget` draws, exactly (a draw
+    nvcc refuses is then replaced by the next)."""
     from klineage.apply.materialize import MAX_SWEEP, make_buildable, next_points, random_points, sweep_order
     from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
-    idiom = inst.starts["idiom"][1]
     buildable = make_buildable(cfg.sweep_axes)
-    facts = target_facts(inst.workload, idiom, PLATFORM_H200, None)
+
+    def kernel(cond: str) -> str:
+        if not cfg.structural:
+            return inst.starts["idiom"][1]
+        path = (paths or {}).get(cond)
+        if path is None:
+            path = structural_path(inst, cfg, library, sources, cond)
+        start = "naive" if inst.family == "reduction" and "naive" in inst.starts else "idiom"
+        return path[-1]["source"] if path else inst.starts[start][1]
     out = {}
     for cond in ("skills", "control-foreign"):
         if cond in cfg.conditions:
+            src = kernel(cond)
             lib = library if cond == "skills" else foreign_library(library, sources, cfg.foreign.get(inst.family, ()))
-            ranked = retrieved_skills(lib, retrieve(lib, facts, admission=cfg.admission))
-            out[cond] = next_points(idiom, sweep_order(idiom, ranked, buildable), rounds * (MAX_SWEEP - 1), buildable)
+            ranked = retrieved_skills(lib, retrieve(lib, target_facts(inst.workload, src, PLATFORM_H200, None),
+                                                    admission=cfg.admission))
+            out[cond] = next_points(src, sweep_order(src, ranked, buildable), rounds * (MAX_SWEEP - 1), buildable)
     if "control-random" in cfg.conditions:
-        out["control-random"] = random_points(idiom, cfg.budget, random_seed(cfg.seed, inst.name), buildable)[1:]
+        out["control-random"] = random_points(kernel("control-random"), cfg.budget, random_seed(cfg.seed, inst.name),
+                                              buildable)[1:]
     return out

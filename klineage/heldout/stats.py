@@ -10,6 +10,7 @@ Student t interval of their logarithms, exp(mean +- t(0.975, n-1) * sd / sqrt(n)
 several benchmark shapes takes the mean of the shapes' log speedups, its variance the sum of their
 variances of the mean over S^2, and df the smallest n - 1. The interval is over timing trials only:
 it says how well the speedup of this kernel is measured, not how it would vary over instances.
+Sums of floats are exactly rounded (math.fsum), so a replay gives the same bits on every Python.
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ def log_mean_var(values: list[float]) -> tuple[float, float, int]:
     """(mean of logs, variance of that mean, n) of positive values; the variance is 0 for n = 1."""
     logs = [math.log(v) for v in values]
     n = len(logs)
-    m = sum(logs) / n
-    var = sum((x - m) ** 2 for x in logs) / (n - 1) if n > 1 else 0.0
+    m = math.fsum(logs) / n
+    var = math.fsum((x - m) ** 2 for x in logs) / (n - 1) if n > 1 else 0.0
     return m, var / n, n
 
 
@@ -80,8 +81,8 @@ def host_dispatch(timings: list[dict]) -> dict | None:
 def combine_shapes(shapes: list[dict]) -> dict:
     """An instance's speedup from its benchmark shapes (shape_speedup results)."""
     s = len(shapes)
-    m = sum(x["log_mean"] for x in shapes) / s
-    var = sum(x["log_var"] for x in shapes) / s ** 2
+    m = math.fsum(x["log_mean"] for x in shapes) / s
+    var = math.fsum(x["log_var"] for x in shapes) / s ** 2
     df = min(x["n"] for x in shapes) - 1
     half = t975(df) * math.sqrt(var) if df >= 1 else None
     return {"speedup": math.exp(m), "ci95": [math.exp(m - half), math.exp(m + half)] if half is not None else [None, None],
@@ -107,7 +108,7 @@ def counted_speedup(row: dict, failure_speedup: float) -> float | None:
 
 
 def geo(values: list[float]) -> float | None:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+    return math.exp(math.fsum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def aggregate(rows: list[dict], failure_speedup: float) -> dict:
@@ -154,7 +155,7 @@ def compare(a_rows: list[dict], b_rows: list[dict], failure_speedup: float) -> d
         var += va + vb
         dfs += [d for d in (da, db) if d]
     n = len(pairs)
-    d = sum(diffs) / n
+    d = math.fsum(diffs) / n
     se = math.sqrt(var) / n
     half = t975(min(dfs)) * se if dfs else 0.0
     lo, hi = math.exp(d - half), math.exp(d + half)

@@ -1,18 +1,35 @@
 """Admission: a skill enters the library that downstream stages use only after a held-out roundtrip.
 
 For a skill of mechanism M, mined from workloads W_S, the roundtrip takes kernels of *other*
-workloads (their naive kernel, then the states of their lineages, simplest first) and looks for
-one where M's forward rewrite (`reoptimize`) applies, adds M and nothing else (an audit over the
-detectors' features), and the skill's `requires` hold. Both kernels go through the gate; the skill
-is admitted when the rewritten kernel passes and is faster than its base beyond noise in every
-timing trial of some target:
+workloads and looks for one where M's forward rewrite applies, adds M and nothing else, and the
+skill's `requires` hold. The targets of a workload, tried in this order: its start kernels (an
+expert's naive.cu, a held-out instance's naive and idiom kernels, an apply workload's naive.cu), the
+states of its lineages (simplest first), then the kernels its start reaches along a shape
+rewriter's ladder (klineage.mechanisms.shapes.forward_states: a warp shuffle needs a row shared by
+a warp or block first). The forward rewrite is the mechanism family's `reoptimize` (audited by
+loci: every feature kept, every added one of M), else a shape rewriter's structural rewrite
+(audited by mechanism kinds and by the recogniser's reading, klineage.lineage.audit.audit_structural).
+Both kernels go through the gate.
 
-    every trial ratio base/new > 1 + noise,  noise = max(1%, the two kernels' trial spreads)
+What is reproduced is the effect the card states, read from its median measured speedup as its
+intent says it (effect_claim: faster at >= 1.005x, no measurable difference between, slower at
+<= 0.995x). On the target, each benchmark case is labelled by its timing trials against
+noise = max(1%, the two kernels' trial spreads): faster when every trial ratio base/new > 1 + noise,
+slower when every one < 1 - noise, neutral otherwise. The skill is admitted when the rewritten
+kernel passes and the target shows the card's effect in every case:
 
-At most MAX_TARGETS workloads are tried per skill (sorted by name: equal inputs, equal verdicts).
-A rewritten kernel that fails the gate is a real failure on that workload: it becomes a risk of the
-skill, with the gate's status and message. Skills with no forward rewrite (mined from a version
-ladder only) wait for a materializer (`pending`); skills with no other workload to try are
+    faster  every case faster (the rewrite pays off beyond noise, every trial);
+    neutral every case neutral: the card says the mechanism changes nothing measurable, and the
+            target must show nothing either way. A target made faster or slower beyond noise does
+            not reproduce the card (its effect there is another one) and is reported as such;
+    slower  never: a card whose measured effect is a slowdown is not tried. The apply stage keeps a
+            rewrite only when it is faster, so a reproduced slowdown would admit a skill it can
+            only discard (status `slower`).
+
+At most MAX_TARGETS workloads are tried per skill (sorted by name: equal inputs, equal verdicts),
+one kernel each. A rewritten kernel that fails the gate is a real failure on that workload: it
+becomes a risk of the skill, with the gate's status and message. Skills whose mechanism no rewrite
+adds wait for a materializer (`pending`); skills with no other workload where it applies are
 `no_target`. Every trial is kept in the card's verification log.
 """
 from __future__ import annotations
@@ -22,13 +39,23 @@ from pathlib import Path
 
 from klineage.errors import ReplayMissingError
 from klineage.gate.gate import Gate, kernel_hash
+from klineage.lineage.audit import audit_structural
+from klineage.lineage.lift import effect_claim
 from klineage.lineage.walk import compare_timing
 from klineage.mechanisms import Applied, Kernel, detect_all, registry
+from klineage.mechanisms import shapes
 from klineage.workload import Workload
 
 MAX_TARGETS = 2
 MIN_NOISE = 0.01
-STATUSES = ("admitted", "not_faster", "failed", "no_target", "pending")
+STATUSES = ("admitted", "not_reproduced", "failed", "no_target", "pending", "slower")
+# what each status means (the report's legend and docs/when-knowledge.md show these)
+MEANING = {"admitted": "reproduced its measured effect on a held-out workload",
+           "not_reproduced": "passed on a held-out workload but did not reproduce its measured effect",
+           "failed": "the rewrite failed the gate on every held-out workload tried",
+           "no_target": "no other workload has a kernel where the rewrite applies",
+           "pending": "no forward rewrite for this mechanism yet: a materializer (apply stage) will roundtrip it",
+           "slower": "its measured effect is a slowdown, which apply would never keep: not tried"}
 
 
 @dataclass
@@ -42,13 +69,15 @@ def _mech_kinds(source: str) -> set[str]:
     return {f.mechanism for f in detect_all(source)}
 
 
-def candidate_kernels(wl: Workload, states: list[tuple[str, str]]) -> list[Target]:
-    """naive.cu, then lineage states (given simplest first), deduplicated by hash."""
+def candidate_kernels(wl: Workload, states: list[tuple[str, str]], starts: list[tuple[str, str]] | None = None) -> list[Target]:
+    """The workload's start kernels (`starts`, (source, origin); by default its folder's naive.cu),
+    then lineage states (given simplest first), deduplicated by hash."""
     out, seen = [], set()
-    naive = Path(wl.path).parent / "naive.cu"
-    # named by workload, not by this checkout's path, so a card reads the same on every machine
-    items = ([(naive.read_text(), f"{wl.name}/naive.cu")] if naive.is_file() else []) + list(states)
-    for src, origin in items:
+    if starts is None:
+        naive = Path(wl.path).parent / "naive.cu"
+        # named by workload, not by this checkout's path, so a card reads the same on every machine
+        starts = [(naive.read_text(), f"{wl.name}/naive.cu")] if naive.is_file() else []
+    for src, origin in list(starts) + list(states):
         h = kernel_hash(src)
         if h not in seen:
             seen.add(h)
@@ -56,54 +85,124 @@ def candidate_kernels(wl: Workload, states: list[tuple[str, str]]) -> list[Targe
     return out
 
 
-def rewrite_for(mechanism: str, source: str, requires: list[str], config: dict | None = None) -> tuple[str, dict] | None:
-    """M's forward rewrite on `source` if it adds M (and nothing else) where `requires` hold."""
+def has_forward_rewrite(mechanism: str, structural: bool = True) -> bool:
+    """Whether some rewrite adds `mechanism`: its family's reoptimize, or (with `structural`) a shape
+    rewriter."""
+    m = registry().get(mechanism)
+    return (m is not None and not m.STRUCTURAL) or (structural and shapes.knows(mechanism))
+
+
+def shape_config(card: dict | None) -> dict:
+    """What a shape rewriter reads of a card to choose its parameters: the anchor and the measured
+    configurations of the kernels the skill was mined from."""
+    if not card:
+        return {}
+    carrier = card.get("carrier") or {}
+    return {"anchor": (card.get("anchor") or {}).get("signature", ""),
+            "measured": carrier.get("measured_configuration") or []}
+
+
+def rewrite_for(mechanism: str, source: str, requires: list[str], config: dict | None = None,
+                card: dict | None = None, workload=None, structural: bool = True) -> tuple[str, dict] | None:
+    """M's forward rewrite on `source` if it adds M (and nothing else) where `requires` hold: the
+    family's reoptimize (with `config`, a card's example configuration, first), else (with
+    `structural`) a shape rewriter's structural rewrite with the parameters of `card`."""
     mech = registry().get(mechanism)
-    if mech is None or mech.STRUCTURAL:
+    if mech is not None and not mech.STRUCTURAL:
+        base = {f.key for f in detect_all(source)}
+        if set(requires) <= {m for m, _ in base} | shapes.shape_mechanisms(source, workload):
+            for cfg in ([config] if config else []) + [None]:
+                try:
+                    res = mech.reoptimize(Kernel(source), None, cfg)
+                except Exception:  # a rewrite that trips on an unfamiliar kernel simply does not apply
+                    continue
+                if not isinstance(res, Applied):
+                    continue
+                new = {f.key for f in detect_all(res.source)}
+                added = new - base
+                if base <= new and added and all(m == mechanism for m, _ in added):
+                    return res.source, {"locus": res.locus, "config": res.config, "added": sorted(map(list, added))}
+    if not structural or not shapes.knows(mechanism):
         return None
-    base = {f.key for f in detect_all(source)}
-    kinds = {m for m, _ in base}
-    if not set(requires) <= kinds:
+    # the recognisers first: most kernels are of no shape a rewriter knows, and detection costs more
+    res = shapes.structural_rewrite(mechanism, source, shape_config(card), workload)
+    if not isinstance(res, Applied):
         return None
-    for cfg in ([config] if config else []) + [None]:
-        try:
-            res = mech.reoptimize(Kernel(source), None, cfg)
-        except Exception:  # a rewrite that trips on an unfamiliar kernel simply does not apply
-            continue
-        if not isinstance(res, Applied):
-            continue
-        new = {f.key for f in detect_all(res.source)}
-        added = new - base
-        if base <= new and added and all(m == mechanism for m, _ in added):
-            return res.source, {"locus": res.locus, "config": res.config, "added": sorted(map(list, added))}
-    return None
+    feats, shape_before = detect_all(source), shapes.shape_mechanisms(source, workload)
+    if not set(requires) <= {f.mechanism for f in feats} | shape_before:
+        return None
+    after = detect_all(res.source)
+    known = {m.NAME for m in registry().values() if m.DETECTABLE}
+    au = audit_structural(feats, after, mechanism, known, shape_before, shapes.shape_mechanisms(res.source, workload))
+    if not au["ok"]:
+        return None
+    added = sorted(list(k) for k in {f.key for f in after} - {f.key for f in feats} if k[0] == mechanism)
+    return res.source, {"locus": res.locus, "config": res.config, "added": added, "audit": "structural"}
 
 
+_LADDERS: dict[tuple[str, str, str], list] = {}
+
+
+def _ladder(source: str, skip: str, workload) -> list[tuple[str, list[str]]]:
+    key = (kernel_hash(source), skip, workload.name)
+    if key not in _LADDERS:
+        _LADDERS[key] = shapes.forward_states(source, workload, skip=skip)
+    return _LADDERS[key]
+
+
+def _targets_of(tgts: list[Target], mechanism: str, structural: bool = True):
+    """A workload's target kernels for `mechanism`: its listed ones, then (with `structural`) the
+    kernels its first start reaches along the shape rewriters' ladders (without `mechanism`)."""
+    yield from tgts
+    if tgts and structural and shapes.knows(mechanism):
+        first = tgts[0]
+        seen = {kernel_hash(t.source) for t in tgts}
+        for src, added in _ladder(first.source, mechanism, first.workload):
+            if kernel_hash(src) not in seen:
+                yield Target(first.workload, src, f"{first.origin} + {' + '.join(added)}")
 def _trial_ratios(base, new) -> list[dict]:
     """Per benchmark case: the rewrite's speedup over its base (compare_timing, read with the
-    rewritten kernel as the richer one) and whether every trial is beyond the noise."""
+    rewritten kernel as the richer one), the noise, and the case's label (faster / slower when
+    every trial is beyond the noise, neutral otherwise)."""
     out = []
     for e in compare_timing(new, base):
         noise = max([MIN_NOISE] + [t.get("spread", 0.0) for t in list(base.timing) + list(new.timing)
                                    if _key(t["shape"]) == _key(e["shape"])])
+        trials = e["trial_speedups"]
+        label = ("faster" if trials and all(r > 1 + noise for r in trials) else
+                 "slower" if trials and all(r < 1 - noise for r in trials) else "neutral")
         out.append({"shape": e["shape"], "base_us": e["simpler_us"], "new_us": e["richer_us"],
-                    "speedup": e["speedup"], "trial_speedups": e["trial_speedups"], "noise": noise,
-                    "beyond_noise": all(r > 1 + noise for r in e["trial_speedups"])})
+                    "speedup": e["speedup"], "trial_speedups": trials, "noise": noise,
+                    "beyond_noise": label == "faster", "label": label})
     return out
+
+
+def outcome(cases: list[dict]) -> str:
+    """The effect a trial shows: its cases' common label, `mixed` when they differ, `none` without one."""
+    labels = {c["label"] for c in cases}
+    return labels.pop() if len(labels) == 1 else ("mixed" if labels else "none")
 
 
 def _key(shape: dict) -> tuple:
     return tuple(sorted(shape.items()))
 
 
+CLAIM_TEXT = {"faster": "faster", "neutral": "no measurable difference", "slower": "slower"}
+
+
 def admit_skill(card: dict, targets_by_workload: dict[str, list[Target]], gate: Gate, replay: bool = False,
-                missing: list | None = None) -> dict:
-    """The admission verdict of one skill card: {"status", "trials", "risks"}."""
+                missing: list | None = None, structural: bool = True) -> dict:
+    """The admission verdict of one skill card: {"status", "claim", "trials", "risks", "reason"}."""
     mech = card["mechanism"]
-    m = registry().get(mech)
-    if m is None or m.STRUCTURAL:
+    if not has_forward_rewrite(mech, structural):
         return {"status": "pending", "trials": [], "risks": [],
                 "reason": "no forward rewrite for this mechanism yet: a materializer (apply stage) will roundtrip it"}
+    median = (card.get("effects") or {}).get("median_speedup")
+    claim = effect_claim(median) if median is not None else "faster"
+    if claim == "slower":
+        return {"status": "slower", "claim": claim, "trials": [], "risks": [],
+                "reason": f"its measured effect is a slowdown (median {median:.3f}x): the apply stage keeps only "
+                          "faster kernels, so a reproduced slowdown would admit nothing it can use; not tried"}
     sources = {c["workload"] for c in card["effects"]["per_case"]}
     requires = sorted({r[1] for r in card.get("requires", [])})
     examples = [c for c in card["carrier"].get("example_configuration", []) if "version" not in c]
@@ -112,14 +211,15 @@ def admit_skill(card: dict, targets_by_workload: dict[str, list[Target]], gate: 
     for wname in sorted(targets_by_workload):
         if wname in sources or tried >= MAX_TARGETS:
             continue
-        for tgt in targets_by_workload[wname]:
-            got = rewrite_for(mech, tgt.source, requires, examples[0] if examples else None)
+        for tgt in _targets_of(targets_by_workload[wname], mech, structural):
+            got = rewrite_for(mech, tgt.source, requires, examples[0] if examples else None, card=card,
+                              workload=tgt.workload, structural=structural)
             if got is None:
                 continue
             new_src, how = got
             tried += 1
             trial = {"workload": wname, "base_hash": kernel_hash(tgt.source), "kernel_hash": kernel_hash(new_src),
-                     "base_origin": tgt.origin, **how}
+                     "base_origin": tgt.origin, "claim": claim, **how}
             try:
                 base = gate.evaluate(tgt.source, tgt.workload, origin=tgt.origin, replay=replay)
                 new = gate.evaluate(new_src, tgt.workload, origin=None, replay=replay)
@@ -141,7 +241,8 @@ def admit_skill(card: dict, targets_by_workload: dict[str, list[Target]], gate: 
                               "eval_key": new.eval_key, "locus": how["locus"], "failing_shapes": []})
             else:
                 cases = _trial_ratios(base, new)
-                trial.update(cases=cases, ok=bool(cases) and all(c["beyond_noise"] for c in cases))
+                got_effect = outcome(cases)
+                trial.update(cases=cases, outcome=got_effect, ok=got_effect == claim)
             trials.append(trial)
             break  # one target kernel per workload
     if not trials:
@@ -151,9 +252,11 @@ def admit_skill(card: dict, targets_by_workload: dict[str, list[Target]], gate: 
     elif any(t.get("status") not in ("PASSED", None) for t in trials):
         status = "failed"
     else:
-        status = "not_faster"
-    return {"status": status, "trials": trials, "risks": risks,
-            "reason": {"admitted": "faster beyond noise on a held-out workload",
-                       "not_faster": "passed on a held-out workload but not faster beyond noise",
+        status = "not_reproduced"
+    shown = ", ".join(f"{t['workload']}: {t.get('outcome')}" for t in trials if t.get("outcome"))
+    return {"status": status, "claim": claim, "trials": trials, "risks": risks,
+            "reason": {"admitted": f"reproduced its effect ({CLAIM_TEXT[claim]}) on a held-out workload",
+                       "not_reproduced": f"passed on a held-out workload but did not reproduce its effect "
+                                         f"({CLAIM_TEXT[claim]}; there: {shown or 'no timing'})",
                        "failed": "the rewrite failed the gate on every held-out workload tried",
                        "no_target": "no other workload has a kernel where the rewrite applies"}[status]}

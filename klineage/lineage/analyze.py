@@ -37,8 +37,13 @@ class AnalysisConfig:
     static: bool = True
     scope: bool = True
     admission: bool = True
+    # which forward rewrites admission tries: "structural" (the families' reoptimize rewrites and the
+    # shape rewriters, on the mined workloads, the held-out instances and the apply workloads) or
+    # "mechanical" (the families' reoptimize rewrites on the mined workloads' kernels only)
+    admission_rewrites: str = "structural"
 
-    KEYS = ("rounds", "probes", "static", "scope", "admission")
+    KEYS = ("rounds", "probes", "static", "scope", "admission", "admission_rewrites")
+    ADMISSION_REWRITES = ("structural", "mechanical")
 
 
 @dataclass
@@ -162,11 +167,42 @@ def analyze_transitions(transitions: list[dict], source_of: Callable[[str], str 
     return an
 
 
+ADMISSION_ROOTS = ("heldout", "apply_workloads")
+
+
+def admission_workloads(root: Path | None = None) -> dict[str, tuple[Workload, list[tuple[str, str]]]]:
+    """The admission targets beyond the mined workloads: {name: (workload, [(start source, origin)])}
+    for every apply workload (its naive.cu) and one held-out instance per set of start kernels (its
+    naive and idiom kernels; instances sharing kernels differ only in shapes), under the checkout's
+    ADMISSION_ROOTS folders that exist."""
+    root = Path(root or settings.repo_root())
+    out: dict = {}
+    apply_dir = root / "apply_workloads"
+    if apply_dir.is_dir():
+        for d in sorted(p.parent for p in apply_dir.glob("*/workload.py")):
+            if (d / "naive.cu").is_file():
+                wl = load_workload(d)
+                out[wl.name] = (wl, [((d / "naive.cu").read_text(), f"apply_workloads/{d.name}/naive.cu")])
+    held = root / "heldout"
+    if held.is_dir():
+        from klineage.heldout.instances import load_instances
+        seen = set()
+        for inst in sorted(load_instances(held), key=lambda i: i.name):
+            kernels = tuple(sorted(rel for rel, _ in inst.starts.values()))
+            if kernels in seen:
+                continue
+            seen.add(kernels)
+            out[inst.name] = (inst.workload, [(inst.starts[k][1], f"heldout/{inst.starts[k][0]}")
+                                              for k in ("naive", "idiom") if k in inst.starts])
+    return out
+
+
 def run_admission(skills: list[dict], transitions: list[dict], source_of: Callable[[str], str | None],
                   gate: Gate, workloads: dict[str, Workload], an: Analysis, replay: bool = False,
-                  executor=None) -> None:
+                  executor=None, rewrites: str = "structural") -> None:
     """Admission verdicts for every skill card, into an.admission (with an `executor`, the skills
-    run as concurrent units, merged in skill order)."""
+    run as concurrent units, merged in skill order); `rewrites` as AnalysisConfig.admission_rewrites."""
+    structural = rewrites == "structural"
     rec_gate = _Recording(gate, an.evaluations)
     states: dict[str, list[tuple[str, str]]] = {}
     by_lineage: dict[str, list[dict]] = {}
@@ -181,10 +217,13 @@ def run_admission(skills: list[dict], transitions: list[dict], source_of: Callab
             if src is not None:
                 states.setdefault(wname, []).append((src, f"{wname} state {h[:12]}"))
     targets = {name: admit_mod.candidate_kernels(wl, states.get(name, [])) for name, wl in sorted(workloads.items())}
+    for name, (wl, starts) in (admission_workloads() if structural else {}).items():
+        targets.setdefault(name, admit_mod.candidate_kernels(wl, [], starts))
 
     def one(s: dict) -> tuple[dict, list]:
         missing: list[dict] = []
-        return admit_mod.admit_skill(s["card"], targets, rec_gate, replay=replay, missing=missing), missing
+        return admit_mod.admit_skill(s["card"], targets, rec_gate, replay=replay, missing=missing,
+                                     structural=structural), missing
 
     for s, (verdict, missing) in zip(skills, map(one, skills) if executor is None else executor.map(one, skills)):
         an.admission[s["skill_id"]] = verdict

@@ -238,3 +238,20 @@ def audit_rederived(original: list[Feature], rederived: list[Feature]) -> dict:
                    reason="the re-derived kernel compiles to different mechanisms than the original: "
                           f"{_pairs(differ)}")
     return out
+
+
+def audit_structural(before: list[Feature], after: list[Feature], mechanism: str, known: set[str],
+                     shape_before: set[str], shape_after: set[str]) -> dict:
+    """A structural rewrite read forward (`before` -> `after`), audited as a ladder step is (by
+    mechanism kinds: a structural rewrite moves and copies code, so the loci of the mechanisms it
+    keeps move with it; audit_version), and by the shape recognisers' reading: `mechanism` is present
+    after, nothing else they read appears and nothing goes."""
+    v = audit_version(after, before, mechanism, known)
+    gone, came = sorted(shape_before - shape_after), sorted(shape_after - shape_before)
+    shape_ok = not gone and set(came) <= {mechanism} and mechanism in shape_after
+    why = v["reason"]
+    if not shape_ok:
+        why = "; ".join(filter(None, [why, f"the shape recogniser reads {came or 'nothing'} added"
+                                     + (f" and {gone} gone" if gone else "") + f" (expected {mechanism} added)"]))
+    return {**v, "kind": "structural", "ok": v["ok"] and shape_ok, "shape_added": came, "shape_lost": gone,
+            "reason": why}

@@ -70,24 +70,53 @@ def _diff(a: str, b: str, limit: int = 80) -> str:
     return "\n".join(lines[:limit] + ([f"... ({len(lines) - limit} more diff lines)"] if len(lines) > limit else []))
 
 
-def _changed_code(simpler: str, richer: str, limit: int = 40) -> tuple[str, str]:
-    """The code a ladder step removed and added (comments and blank lines left out), for the
-    carrier's before/after of a step that no single rewrite describes."""
+ELIDED = "// ..."  # marks code left out of a carrier, so a snippet never reads as whole when it is not
+
+
+def _changed_code(simpler: str, richer: str, limit: int = 40, context: int = 1) -> tuple[str, str]:
+    """The code a ladder step removed and added, for the carrier's before/after of a step that no
+    single rewrite describes: on each side the changed code lines with `context` unchanged lines
+    around them (where nothing changed on one side, the lines around the place of the change), and
+    a `// ...` line, indented as the code it stands for, wherever code is left out (comments and
+    blank lines are not shown). Past `limit` lines a side ends with `// ... N more lines`."""
     from klineage.gate.guard import strip_comments
 
     def code_lines(src):  # original lines that hold code (comment-only and blank lines dropped)
         return [o for o, c in zip(src.splitlines(), strip_comments(src)[0].splitlines()) if c.strip()]
     a, b = code_lines(simpler), code_lines(richer)
-    removed, added = [], []
+    changed_a, changed_b, anchor_a, anchor_b = set(), set(), set(), set()
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag in ("replace", "delete"):
-            removed += a[i1:i2]
+            changed_a.update(range(i1, i2))
         if tag in ("replace", "insert"):
-            added += b[j1:j2]
+            changed_b.update(range(j1, j2))
+        if tag == "insert":
+            anchor_a.update((i1 - 1, i1))
+        if tag == "delete":
+            anchor_b.update((j1 - 1, j1))
+    return _elided(a, changed_a, anchor_a, limit, context), _elided(b, changed_b, anchor_b, limit, context)
 
-    def clip(lines):
-        return "\n".join(lines[:limit] + ([f"// ... {len(lines) - limit} more lines"] if len(lines) > limit else []))
-    return clip(removed), clip(added)
+
+def _elided(lines: list[str], changed: set[int], anchors: set[int], limit: int, context: int) -> str:
+    shown = sorted({k for i in changed for k in range(i - context, i + context + 1)} | anchors)
+    shown = [i for i in shown if 0 <= i < len(lines)]
+    out: list[str] = []
+
+    def mark(like: str) -> str:
+        return like[:len(like) - len(like.lstrip())] + ELIDED
+
+    prev = -1
+    for i in shown:
+        if i != prev + 1:
+            out.append(mark(lines[i]))
+        out.append(lines[i])
+        prev = i
+    if shown and shown[-1] != len(lines) - 1:
+        out.append(mark(lines[shown[-1]]))
+    if len(out) > limit:
+        rest = sum(1 for x in out[limit:] if x.strip() != ELIDED)
+        out = out[:limit] + [f"{ELIDED} {rest} more line{'s' if rest != 1 else ''}"]
+    return "\n".join(out)
 
 
 def _feature_pairs(features: list[dict]) -> set[tuple[str, str]]:
@@ -167,7 +196,9 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
         pre = {c: [] for c in CATEGORIES}
         rich = next((f for f in first["features_richer"] if f["mechanism"] == mech_name
                      and f["locus"] == first["locus"]), None)
-        for cat, items in (mech.PRECONDITIONS if mech else {}).items():
+        # a bundled ladder step ("a+b") carries the known preconditions of each of its families
+        families = [mech] if mech else [mechs[n] for n in first.get("mechanisms", []) if n in mechs]
+        for cat, items in ((c, i) for fam in families for c, i in fam.PRECONDITIONS.items()):
             for it in items:
                 _add_pre(pre, cat, {"condition": it["condition"], "fails_without": it["fails_without"],
                                     "evidence": "the mechanism family's known precondition",
@@ -175,6 +206,9 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
                                     "kernel": first["richer_hash"][:12]})
         probes_tried, probe_risks, compile_checked = [], [], {}
         for t in ts:
+            for it in t.get("domain", []):  # the workload's declared DOMAIN (klineage.workload)
+                _add_pre(pre, it["category"], {**{k: v for k, v in it.items() if k != "category"},
+                                               "source": "domain", "lines": None, "kernel": t["richer_hash"][:12]})
             a = per_t.get(t["transition_id"], {})
             for it in a.get("static", []):
                 _add_pre(pre, it["category"], {**{k: v for k, v in it.items() if k != "category"}, "source": "static"})
@@ -193,7 +227,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
                   "eval_key": r.get("eval_key"), "lineage_id": r.get("lineage_id"),
                   "workload": r.get("workload_name", ""), "failing_shapes": r.get("failing_shapes", [])}
                  for r in rejections if r["mechanism"] == mech_name
-                 and r["kind"] not in ("not_applicable", "replay_missing")] + probe_risks
+                 and r["kind"] not in ("not_applicable", "replay_missing", "not_on_chain")] + probe_risks
         probed = any((per_t.get(t["transition_id"], {}).get("probe") or {}).get("probed") for t in ts)
         before_common = set.intersection(*[_feature_pairs(t["features_simpler"]) for t in ts])
         provides = sorted({(anchor, mech_name)})
@@ -246,6 +280,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
         }
         example_text = ", ".join(f"{k}={v}" for k, v in list(examples[0].items())[:3]) if examples else ""
         card["intent"] = render("intent.j2", description=description[:1].upper() + description[1:], anchor=anchor, examples=example_text,
+                                claim=effect_claim(med),
                                 cases=", ".join(cases), median=med, n=len(ts), spread=spread, case_range=case_range,
                                 platforms=", ".join(platforms) or "no measured platform").strip()
         check_contract(card, ts)
@@ -277,11 +312,22 @@ def apply_admission(card: dict, verdict: dict) -> None:
     """Put an admission verdict into a card: its status, its trials in the verification log, the
     failures it met as risks."""
     card["admission"] = {"status": verdict["status"], "reason": verdict["reason"], "trials": verdict["trials"]}
+    if verdict.get("claim"):
+        card["admission"]["claim"] = verdict["claim"]
     card["verification"] = [v for v in card["verification"] if v.get("kind") != "admission"] + [
         dict(t, kind="admission") for t in verdict["trials"]]
     if verdict["risks"]:
         card["risks"] = [r for r in card["risks"] if r.get("kind") != "roundtrip"] + verdict["risks"]
         card["risks_empty_reason"] = ""
+
+
+CLAIM_FASTER, CLAIM_SLOWER = 1.005, 0.995
+
+
+def effect_claim(median: float) -> str:
+    """The effect a card states of itself, from its median measured speedup (what its intent says):
+    faster at >= CLAIM_FASTER, slower at <= CLAIM_SLOWER, neutral (no measurable difference) between."""
+    return "faster" if median >= CLAIM_FASTER else ("neutral" if median > CLAIM_SLOWER else "slower")
 
 
 def effect_label(trial_speedups: list[float], floor: float = 0.01) -> str:

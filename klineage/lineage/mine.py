@@ -38,10 +38,11 @@ class MineRun:
     limits: Limits = field(default_factory=Limits)
     analysis: AnalysisConfig | None = None  # None: lineages and skills only, no probes/rounds/admission
     timing: dict = field(default_factory=dict)  # overrides of the gate's timing settings ([gate] table)
+    arch: str | None = None  # the build target ([gate] arch, --arch); None: the gate's default
 
     def gate_config(self):
-        from klineage.gate.gate import DEFAULT_TIMING, GateConfig
-        return GateConfig(timing={**DEFAULT_TIMING, **self.timing})
+        from klineage.gate.gate import gate_config_for
+        return gate_config_for({**self.timing, **({"arch": self.arch} if self.arch else {})})
 
 
 def _workload_dirs(path: Path) -> list[Path]:
@@ -82,6 +83,27 @@ _TOP_KEYS = {"kind", "name", "description", "limits", "target", "analysis", "gat
 # backlog_us: a GPU spin queued before every timed call, at least this long and at least twice the
 # call's host-side dispatch (klineage.gate.worker.timing); 0, the default, queues none.
 _GATE_KEYS = {"warmup": (0, 100), "reps": (5, 500), "trials": (2, 10), "backlog_us": (0, 20000)}
+
+
+def check_gate_table(path, table, err, arch: bool = True) -> None:
+    """Raise `err` naming the key when a [gate] table holds an unknown key, a timing value out of
+    range, or (when `arch`) an arch nvcc cannot target here (klineage.gate.compile.ARCHS)."""
+    from klineage.gate.compile import ARCHS
+    keys = list(_GATE_KEYS) + (["arch"] if arch else [])
+    if not isinstance(table, dict):
+        raise err(f"{path}: [gate] must be a table of {', '.join(keys)}")
+    for k, v in table.items():
+        if k == "arch" and arch:
+            if v not in ARCHS:
+                raise err(f"{path}: gate.arch = {v!r}: expected one of {', '.join(ARCHS)}")
+            continue
+        if k not in _GATE_KEYS:
+            raise err(f"{path}: unknown key gate.{k} (allowed: {', '.join(keys)})")
+        lo, hi = _GATE_KEYS[k]
+        if type(v) is not int or not lo <= v <= hi:
+            raise err(f"{path}: gate.{k} = {v!r}: expected an int from {lo} to {hi}")
+
+
 _LIMIT_KEYS = {"max_steps", "max_rejections", "min_rederive_ratio"}
 _TARGET_KEYS = {"paths", "proposer"}
 
@@ -107,12 +129,7 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
     if bad:
         raise MineConfigError(f"{path}: unknown key limits.{bad[0]} (allowed: {', '.join(sorted(_LIMIT_KEYS))})")
     gate_tab = raw.get("gate", {})
-    for k, v in gate_tab.items():
-        if k not in _GATE_KEYS:
-            raise MineConfigError(f"{path}: unknown key gate.{k} (allowed: {', '.join(_GATE_KEYS)})")
-        lo, hi = _GATE_KEYS[k]
-        if type(v) is not int or not lo <= v <= hi:
-            raise MineConfigError(f"{path}: gate.{k} = {v!r}: expected an int from {lo} to {hi}")
+    check_gate_table(path, gate_tab, MineConfigError)
     ana = raw.get("analysis")
     analysis = None
     if ana is not None:
@@ -120,6 +137,11 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
         if bad:
             raise MineConfigError(f"{path}: unknown key analysis.{bad[0]} (allowed: {', '.join(AnalysisConfig.KEYS)})")
         for k, v in ana.items():
+            if k == "admission_rewrites":
+                if v not in AnalysisConfig.ADMISSION_REWRITES:
+                    raise MineConfigError(f"{path}: analysis.{k} = {v!r}: expected one of "
+                                          + ", ".join(f'"{x}"' for x in AnalysisConfig.ADMISSION_REWRITES))
+                continue
             want = int if k == "rounds" else bool
             if type(v) is not want or (k == "rounds" and not 1 <= v <= 5):
                 raise MineConfigError(f"{path}: analysis.{k} = {v!r}: expected "
@@ -141,7 +163,8 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
         targets += targets_for([Path(p) for p in paths], t.get("proposer", "rules"))
     if not targets:
         raise MineConfigError(f"{path}: no [[target]] entries: add at least one with paths and proposer")
-    return MineRun(targets, Limits(**lim), analysis, dict(gate_tab)), raw
+    timing = {k: v for k, v in gate_tab.items() if k != "arch"}
+    return MineRun(targets, Limits(**lim), analysis, timing, gate_tab.get("arch")), raw
 
 
 def run_mine(run: MineRun, store, gate, replay: bool = False,
@@ -153,6 +176,7 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
     order: the library is the serial run's. With an llm proposer the walks run one at a time (the
     model budget is spent in target order)."""
     t0 = time.perf_counter()
+    check_ladders(run)
     summary = {"lineages": [], "missing": [], "evaluations": {}, "phases": {}}
     evals = []
     known: dict = {}  # workload name -> folder, for the analysis pass
@@ -190,7 +214,8 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
                                        executor=executor)
         if run.analysis.admission:
             draft = lift(transitions, rejections, source_of, analysis)
-            run_admission(draft, transitions, source_of, gate, workloads, analysis, replay, executor=executor)
+            run_admission(draft, transitions, source_of, gate, workloads, analysis, replay, executor=executor,
+                          rewrites=run.analysis.admission_rewrites)
         evals += analysis.evaluations
         summary["missing"] += analysis.missing
     skills = lift(transitions, rejections, source_of, analysis)
@@ -226,3 +251,144 @@ def _count(items) -> dict:
     for i in items:
         out[i] = out.get(i, 0) + 1
     return out
+
+
+# ---------------------------------------------------------------------------- dry run (no GPU)
+ASSUMED = "assumed passed"
+
+
+class CompileOnlyGate:
+    """The gate of a dry run: guard and nvcc only. A kernel that builds is marked PASSED with source
+    "assumed" (nothing ran: no correctness, no timing); a guard or build failure is its real status.
+    Never starts a gate worker, so it never touches a GPU."""
+
+    def __init__(self, config=None):
+        from klineage.gate.gate import GateConfig
+        self.config = config or GateConfig()
+        self.compile_log: list[dict] = []
+
+    def evaluate(self, source: str, workload, origin: str | None = None, replay: bool = False):
+        from klineage.gate.compile import compile_kernel
+        from klineage.gate.gate import GateResult, Status, kernel_hash
+        from klineage.gate.guard import check_source
+        khash = kernel_hash(source)
+        guard = check_source(source, workload)
+        if self.config.guard and not guard.ok:
+            return GateResult(Status.GUARD_REJECTED, khash, workload.name, f"dry-{khash[:16]}", "static",
+                              guard.to_dict(), error_kind="static_guard", error_message=guard.summary)
+        built = compile_kernel(source, self.config.arch, tuple(self.config.extra_flags))
+        self.compile_log.append({"kernel_hash": khash, "cached": built.cached, "seconds": built.seconds, "ok": built.ok})
+        if not built.ok:
+            return GateResult(Status.COMPILE_ERROR, khash, workload.name, f"dry-{khash[:16]}", "static",
+                              guard.to_dict(), compile=built.to_dict(), error_kind=built.error_kind,
+                              error_message=built.error_message)
+        return GateResult(Status.PASSED, khash, workload.name, f"dry-{khash[:16]}", "assumed", guard.to_dict(),
+                          compile=built.to_dict(), error_message=f"{ASSUMED}: built with nvcc, not run")
+
+    def close(self):
+        pass
+
+
+def check_ladders(run: MineRun) -> None:
+    """Read every versions target's ladder, so a bad declaration is an error before anything is built."""
+    for tgt in run.targets:
+        if tgt.proposer == "versions":
+            make_proposer("versions", tgt.workload_dir)
+
+
+def dry_run(run: MineRun, progress: Callable[..., None] | None = None, llm=None) -> dict:
+    """Walk every target with compile-only gating (CompileOnlyGate) and store nothing; returns, per
+    lineage, every proposal in the order it was made with the audit's verdict and reason, where the
+    walk ended, and for a ladder the rungs it stood on."""
+    check_ladders(run)
+    gate = CompileOnlyGate(run.gate_config())
+    out = {"dry_run": True, "gate": f"compile-only: guard and nvcc; a kernel that builds is {ASSUMED} (nothing runs)",
+           "lineages": []}
+    for tgt in run.targets:
+        wl = load_workload(tgt.workload_dir)
+        proposer = make_proposer(tgt.proposer, tgt.workload_dir, llm=llm)
+        label = f"{wl.name}/{tgt.proposer}"
+        walker = Walker(gate, wl, [proposer], run.limits,
+                        progress=(lambda ev, _l=label, **kw: progress(_l, ev, **kw)) if progress else None)
+        start = proposer.top.source if tgt.proposer == "versions" else read_source(tgt.start)
+        lin = walker.run(start, origin=display_path(tgt.start))
+        entry = {"workload": wl.name, "proposer": tgt.proposer, "start": display_path(tgt.start),
+                 "termination": lin["termination"], "remaining": lin["remaining"],
+                 "steps": len(lin["transitions"]), "proposals": proposal_log(lin),
+                 "mechanisms": [t["mechanism"] for t in lin["transitions"]]}
+        if lin["termination"] == "start_failed":
+            entry["start_status"] = lin.get("start_status")
+        if wl.domain:
+            entry["domain"] = {"conditions": [p["condition"] for p in wl.domain_preconditions()],
+                               "probe_shapes_not_run": len(wl.probe_shapes) - (len(wl.all_shapes())
+                                                                               - len(wl.benchmark_cases))}
+        if tgt.proposer == "versions":
+            entry["rungs"] = rung_coverage(proposer, lin)
+        out["lineages"].append(entry)
+    out["compile"] = {"requests": len(gate.compile_log), "cache_hits": sum(c["cached"] for c in gate.compile_log),
+                      "failed": sum(not c["ok"] for c in gate.compile_log)}
+    return out
+
+
+def proposal_log(lin: dict) -> list[dict]:
+    """Every proposal of a walked lineage in the order it was made: the refused ones of each step
+    (recorded with the step they were tried at), then the accepted one; rungs never reached last."""
+    out = []
+    for k in range(len(lin["transitions"]) + 1):
+        for r in lin["rejections"]:
+            if r["step"] == k and r["kind"] != "not_on_chain":
+                out.append({"step": k + 1, "mechanism": r["mechanism"], "locus": r["locus"], "verdict": "refused",
+                            "stage": r["kind"], "reason": r["message"], **({"rung": r["rung"]} if r.get("rung") else {})})
+        if k < len(lin["transitions"]):
+            t = lin["transitions"][k]
+            a = t["audit"]
+            why = (f"removed exactly this, kept the {a['kept']} other features"
+                   if a.get("kind") == "rules" else f"adds forward {a.get('added_forward') or 'nothing detected'}"
+                   + (f", declared {a['declared']}" if a.get("declared") else ""))
+            out.append({"step": k + 1, "proposer": t["proposer"], "mechanism": t["mechanism"], "locus": t["locus"],
+                        "verdict": "accepted", "stage": "audit", "reason": why, "gate": ASSUMED,
+                        **({"mechanisms": t["mechanisms"]} if t.get("mechanisms") else {})})
+    out += [{"step": None, "mechanism": r["mechanism"], "locus": r["locus"], "verdict": "not_walked",
+             "stage": "not_on_chain", "reason": r["message"], "rung": r["rung"]}
+            for r in lin["rejections"] if r["kind"] == "not_on_chain"]
+    return out
+
+
+def rung_coverage(proposer, lin: dict) -> dict:
+    """The rungs of a ladder the walk stood on (top first) out of all of them, with each other rung's reason."""
+    on = [proposer.rung_of_hash(s["kernel_hash"]) for s in lin["states"]]
+    walked = [proposer.ladder[i].label for i in dict.fromkeys(i for i in on if i is not None)]
+    missed = [{"rung": r["rung"], "reason": r["message"]} for r in lin["rejections"] if r["kind"] == "not_on_chain"]
+    return {"total": len(proposer.ladder), "walked": len(walked), "fraction": len(walked) / len(proposer.ladder),
+            "chain": walked, "not_walked": missed}
+
+
+def format_dry_run(d: dict) -> str:
+    """The text form of a dry run."""
+    lines = [f"dry run ({d['gate']})"]
+    for l in d["lineages"]:
+        head = f"{l['workload']}/{l['proposer']} from {l['start']}: {l['steps']} steps, {l['termination']}"
+        if l["remaining"]:
+            head += f" (left: {', '.join(l['remaining'])})"
+        lines.append(head)
+        if l.get("start_status"):
+            lines.append(f"  the starting kernel is {l['start_status']}: nothing to walk")
+        if l.get("domain"):
+            lines.append(f"  domain: {'; '.join(l['domain']['conditions'])} "
+                         f"(probe shapes outside it, not run: {l['domain']['probe_shapes_not_run']})")
+        if l.get("rungs"):
+            r = l["rungs"]
+            lines.append(f"  rungs walked: {r['walked']}/{r['total']} ({100 * r['fraction']:.0f}%): "
+                         + " -> ".join(r["chain"]))
+        for p in l["proposals"]:
+            where = f"{p['mechanism']} @ {p['locus']}" + (f" (rung {p['rung']})" if p.get("rung") else "")
+            if p["verdict"] == "accepted":
+                lines.append(f"  {p['step']:>3} accepted  {where}: {p['reason']}; {p['gate']}")
+            elif p["verdict"] == "refused":
+                lines.append(f"  {p['step']:>3} refused   {where} [{p['stage']}]: {p['reason']}")
+            else:
+                lines.append(f"      not walked {where}: {p['reason']}")
+    c = d.get("compile", {})
+    lines.append(f"compiled {c.get('requests', 0)} kernels ({c.get('cache_hits', 0)} from the build cache, "
+                 f"{c.get('failed', 0)} failed); nothing was run or stored")
+    return "\n".join(lines)

@@ -64,8 +64,11 @@ class Probe:
 
 
 def probe_set(wl: Workload) -> list[Probe]:
-    """The stress probes of a workload, in a fixed order."""
-    base = [dict(s) for s in wl.probe_shapes]
+    """The stress probes of a workload, in a fixed order; none outside the workload's DOMAIN (a
+    workload that declares one is not probed where its kernels were never meant to run)."""
+    base = [dict(s) for s in wl.probe_shapes if not wl.outside_domain(s)]
+    if not base:
+        return []
     probes: list[Probe] = []
     for s in base:
         probes.append(Probe(f"ragged_size:{shape_key(s)}", "ragged_size", s))
@@ -84,7 +87,7 @@ def probe_set(wl: Workload) -> list[Probe]:
             probes.append(Probe(f"aliased_output:{shape_key(s)}", "aliased_output", {**s, ALIAS_KEY: 1}))
     seen, out = set(), []
     for p in probes:
-        if p.name not in seen:
+        if p.name not in seen and not wl.outside_domain(p.shape):
             seen.add(p.name)
             out.append(p)
     return out
@@ -240,7 +243,7 @@ class Prober:
         self.wl = wl
         self.replay = replay
         self.probes = probe_set(wl)
-        self.all_wl = probe_workload(wl, self.probes)
+        self.all_wl = probe_workload(wl, self.probes) if self.probes else None
         self.cache: dict[str, dict] = {}
         self.missing: list[dict] = []
 
@@ -249,6 +252,9 @@ class Prober:
         None when a replay lacks a record."""
         h = kernel_hash(source)
         if h in self.cache:
+            return self.cache[h]
+        if not self.probes:  # every probe shape lies outside the workload's DOMAIN
+            self.cache[h] = {"probes": [], "tried": []}
             return self.cache[h]
         try:
             verdicts = _verdicts(self.gate.evaluate(source, self.all_wl, replay=self.replay), self.probes)

@@ -6,32 +6,25 @@ simpler one (forward). The walk gates and audits every candidate the same way, w
 
 - `rules` (default): the deoptimize rewrites of klineage.mechanisms, in mechanisms.ORDER, loci in
   source order; forward re-derivation is the family's reoptimize on the simpler kernel.
-- `versions`: an ordered ladder of versions of one kernel (a folder `versions/` of .cu files whose
-  sorted order is the ladder, with the workload's naive.cu below and expert.cu on top, or the git
-  history of one file). The candidate from version i is version i-1; forward re-derivation is
-  version i itself. Each version declares the mechanism it adds in its first line:
-  `// klineage-step: mechanism=NAME`.
+- `versions`: a ladder of versions of one kernel (a folder `versions/` of .cu files with the
+  workload's naive.cu below and expert.cu on top, or the git history of one file), walked in the
+  order of the mechanisms each rung holds (klineage.lineage.ladder); forward re-derivation is the
+  richer rung itself. A rung declares what it adds in its first line
+  (`// klineage-step: mechanism=NAME[,NAME]`) or in versions/ladder.toml.
 - `llm`: a model proposes each step (klineage.lineage.llm_proposer), behind the same gate and audit.
 """
 from __future__ import annotations
 
 import hashlib
-import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from klineage.errors import KLineageError
-from klineage.settings import display_path
+from klineage.lineage.ladder import (ProposerError, RungOrder, Version, audit_ladder_step,  # noqa: F401
+                                     declared_mechanism, declared_mechanisms, ladder_from_folder, ladder_from_git,
+                                     parent_index, structural_held)
 from klineage.mechanisms import ORDER, Kernel, registry
 from klineage.mechanisms.base import Applied, Feature
-
-_STEP = re.compile(r"//\s*klineage-step:\s*mechanism=([A-Za-z_][\w]*)")
-
-
-class ProposerError(KLineageError):
-    """A proposer cannot run on this input (missing ladder, unknown proposer, bad header)."""
 
 
 @dataclass
@@ -46,6 +39,11 @@ class Proposal:
     anchor: str = ""
     declared: bool = False   # the mechanism is declared (versions), not computed by a detector
     origin: str | None = None  # path of the simpler kernel, when it is a file
+    # versions steps: the audit the ladder computed (klineage.lineage.ladder.audit_ladder_step), the
+    # richer kernel (what the forward re-derivation restores) and, for a bundled step, its names
+    audit: dict | None = None
+    richer: str | None = None
+    mechanisms: tuple[str, ...] = ()
 
 
 def source_hash(text: str) -> str:
@@ -88,103 +86,130 @@ class RulesProposer:
         return res.source if isinstance(res, Applied) else None
 
 
-@dataclass
-class Version:
-    label: str
-    source: str
-    mechanism: str | None  # the mechanism this version adds over the previous one
-    origin: str
-
-
-def declared_mechanism(source: str) -> str | None:
-    m = _STEP.search("\n".join(source.splitlines()[:5]))
-    return m.group(1) if m else None
-
-
-def ladder_from_folder(workload_dir: Path) -> list[Version]:
-    """naive.cu, versions/*.cu (sorted), expert.cu; ProposerError when the folder has no ladder."""
-    vdir = workload_dir / "versions"
-    files = sorted(vdir.glob("*.cu")) if vdir.is_dir() else []
-    if not files:
-        raise ProposerError(f"{workload_dir} has no versions/*.cu ladder: add one, or use --proposer rules")
-    chain = [workload_dir / "naive.cu", *files, workload_dir / "expert.cu"]
-    # expert.cu is shared with the rules walk and the gate records, so its step may be declared
-    # beside the ladder instead of in its header: versions/ladder.toml, `expert_adds = "NAME"`.
-    top_decl = None
-    meta = vdir / "ladder.toml"
-    if meta.is_file():
-        import tomllib
-        try:
-            raw = tomllib.loads(meta.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ProposerError(f"{meta} is not valid TOML ({e}): fix it") from e
-        unknown = sorted(set(raw) - {"expert_adds", "description"})
-        if unknown:
-            raise ProposerError(f"{meta}: unknown key {unknown[0]!r} (allowed: expert_adds, description)")
-        top_decl = raw.get("expert_adds")
-    out = []
-    for i, p in enumerate(chain):
-        if not p.is_file():
-            raise ProposerError(f"ladder of {workload_dir} needs {p.name}: add it")
-        text = p.read_text()
-        mech = declared_mechanism(text) if i > 0 else None
-        if i == len(chain) - 1 and mech is None:
-            mech = top_decl
-        if i > 0 and mech is None:
-            raise ProposerError(f"{p} does not declare its step: start it with `// klineage-step: mechanism=NAME`"
-                                + (" or set expert_adds in versions/ladder.toml" if i == len(chain) - 1 else ""))
-        out.append(Version(p.stem, text, mech, display_path(p)))
-    return out
-
-
-def ladder_from_git(path: Path) -> list[Version]:
-    """The committed versions of one file, oldest first (each commit after the first declares its
-    mechanism in the file header or in the commit subject as `mechanism=NAME`)."""
-    try:
-        log = subprocess.run(["git", "log", "--follow", "--reverse", "--format=%H %s", "--", path.name],
-                             cwd=path.parent, capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
-        raise ProposerError(f"cannot read the git history of {path}: {e}; pass a versions/ folder instead") from e
-    out = []
-    for line in log.splitlines():
-        sha, _, subject = line.partition(" ")
-        rel = subprocess.run(["git", "ls-files", "--full-name", path.name], cwd=path.parent,
-                             capture_output=True, text=True).stdout.strip() or path.name
-        text = subprocess.run(["git", "show", f"{sha}:{rel}"], cwd=path.parent, capture_output=True,
-                              text=True).stdout
-        m = declared_mechanism(text) or (re.search(r"mechanism=(\w+)", subject) or [None, None])[1]
-        out.append(Version(sha[:12], text, m if out else None, f"{path}@{sha[:12]}"))
-    if len(out) < 2:
-        raise ProposerError(f"{path} has fewer than two committed versions: nothing to walk")
-    return out
-
-
 class VersionsProposer:
+    """Steps between the rungs of a ladder (klineage.lineage.ladder): from each state, the rungs below
+    it in the ladder's order, nearest first; a refused candidate is followed by the next one down (a
+    compound step over the refused rung). Where a step would add several mechanisms and the rules
+    can remove some of them from the richer kernel, those come off first as rules steps (the
+    family's own rewrite, audited and re-derived as in the rules walk), so the ladder step that
+    follows names fewer; the walk then stands on a kernel that is a rung less those mechanisms."""
     name = "versions"
 
     def __init__(self, ladder: list[Version]):
+        from klineage.mechanisms import detect_all
         self.ladder = ladder
         self._index = {source_hash(v.source): i for i, v in enumerate(ladder)}
+        # kernel hash -> (the rung it is, the mechanisms the rules removed from it on the way here)
+        self._derived: dict[str, tuple[int, frozenset[str]]] = {}
+        self.features = [detect_all(v.source) for v in ladder]
+        self.detectable = {m.NAME for m in registry().values() if m.DETECTABLE}
+        self.held = structural_held(ladder, self.detectable)
+        self.parent = [parent_index(ladder, i) for i in range(len(ladder))]
+        self.order = RungOrder(self.features, self.held)
+        self.rules = RulesProposer()
 
     @property
     def top(self) -> Version:
         return self.ladder[-1]
 
+    def rung_of(self, source: str) -> tuple[int, frozenset[str]] | None:
+        """(the rung index a kernel is or was peeled from, the mechanisms peeled off), or None."""
+        h = source_hash(source)
+        return (self._index[h], frozenset()) if h in self._index else self._derived.get(h)
+
     def propose(self, source: str, features: list[Feature], tried: set) -> Iterator[Proposal | tuple]:
-        i = self._index.get(source_hash(source))
-        if i is None or i == 0:
+        at = self.rung_of(source)
+        if at is None:
             return
-        cur, prev = self.ladder[i], self.ladder[i - 1]
-        key = (cur.mechanism, f"version:{cur.label}")
-        if key in tried:
-            return
-        yield Proposal(self.name, cur.mechanism, f"version:{cur.label}", prev.source,
-                       before=f"{Path(cur.origin).name}", after=f"{Path(prev.origin).name}",
-                       config={"version": cur.label, "previous": prev.label}, declared=True, origin=prev.origin)
+        base, peeled = at
+        here = source_hash(source)
+        cur = self.ladder[base]
+        for r in self.order.candidates(base):
+            pair = ("versions", here, r)
+            if pair in tried:
+                continue
+            tried.add(pair)
+            prev = self.ladder[r]
+            declared = self._declared(base, r, peeled)
+            audit, mechs = audit_ladder_step(features, self.features[r], declared, self.detectable)
+            if audit["ok"] and len(mechs) > 1:
+                yield from self._peel(source, features, mechs, declared, self.features[r], (base, peeled), tried)
+            config = {"version": cur.label, "previous": prev.label}
+            yield Proposal(self.name, "+".join(mechs) or "+".join(declared) or "unnamed", f"version:{cur.label}",
+                           prev.source, before=f"{Path(cur.origin).name}", after=f"{Path(prev.origin).name}",
+                           config=config, declared=True, origin=prev.origin, audit=audit, richer=source,
+                           mechanisms=mechs if len(mechs) > 1 else ())
+
+    def _declared(self, base: int, r: int, peeled: frozenset[str]) -> tuple[str, ...]:
+        """What the step base -> r is declared to add: the structural names base holds and r does not,
+        and the detectable names declared by base and by the rungs it was written from above r (those
+        it still holds: a later rung may drop a mechanism again); less the ones already peeled off."""
+        span, q = [base], self.parent[base]
+        while q is not None and q != r and not self.order.below(q, r):
+            span.append(q)
+            q = self.parent[q]
+        names = [n for i in span for n in self.ladder[i].mechanisms
+                 if n in self.detectable and n not in peeled and (i == base or n in self.order.kinds[base])]
+        return tuple(dict.fromkeys(names + sorted(self.held[base] - self.held[r])))
+
+    def _peel(self, source, features, mechs, declared, simpler_feats, at, tried) -> Iterator[Proposal | tuple]:
+        """Rules steps removing, one locus at a time, the mechanisms of a bundled step other than the
+        one the ladder step keeps: its structural names, else the last declared of them in
+        mechanisms.ORDER, else the last of them in that order."""
+        ruled = [m for m in ORDER if m in mechs]
+        keep = (set(mechs) - set(ruled)) or {([m for m in ruled if m in declared] or ruled)[-1]}
+        gone = {f.key for f in features} - {f.key for f in simpler_feats}
+        peel = [f for f in features if f.mechanism in ruled and f.mechanism not in keep and f.key in gone]
+        base, peeled = at
+        for prop in self.rules.propose(source, peel, tried):
+            if isinstance(prop, Proposal):
+                prop.proposer = self.name
+                self._derived[source_hash(prop.source)] = (base, peeled | {prop.mechanism})
+            yield prop
 
     def rederive(self, proposal: Proposal) -> str | None:
+        if not proposal.declared:
+            return self.rules.rederive(proposal)
+        if proposal.richer is not None:
+            return proposal.richer
         i = next((j for j, v in enumerate(self.ladder) if v.label == proposal.config["version"]), None)
         return self.ladder[i].source if i is not None else None
+
+    def finish(self, lin: dict) -> None:
+        """Record every rung the walk never stood on, with the reason (kind `not_on_chain`)."""
+        on = {self.rung_of_hash(s["kernel_hash"]) for s in lin["states"]} - {None}
+        if not on:
+            return
+        chain = sorted(on, key=lambda i: -self.order.height[i])
+        low = chain[-1]
+        refused = {r.get("rung") for r in lin["rejections"] if r.get("rung")}
+        for i, v in enumerate(self.ladder):
+            if i in on:
+                continue
+            top = len(self.ladder) - 1
+            if not self.order.below(i, top):
+                extra = sorted(self.order.kinds[i] - self.order.kinds[top])
+                why = f"it has {extra}, which the top of the ladder ({self.top.label}) lacks: not below it"
+            elif self.order.below(i, low):
+                why = f"the walk ended at {self.ladder[low].label}, above it"
+            elif v.label in refused:
+                why = "refused as the simpler kernel of a step (see the rejections above); the walk went past it"
+            else:
+                above = min((c for c in chain if self.order.below(i, c)), key=lambda c: self.order.height[c])
+                nxt = max((c for c in chain if self.order.below(c, above) and c != above),
+                          key=lambda c: self.order.height[c], default=None)
+                extra = sorted(self.order.kinds[nxt] - self.order.kinds[i]) if nxt is not None else []
+                why = (f"a branch off the chain: the walk went {self.ladder[above].label} -> "
+                       f"{self.ladder[nxt].label if nxt is not None else '(end)'}, and this rung lacks {extra} "
+                       f"that {self.ladder[nxt].label if nxt is not None else 'the end'} has")
+            lin["rejections"].append({"step": len(lin["transitions"]), "mechanism": v.mechanism or "",
+                                      "locus": f"version:{v.label}", "kind": "not_on_chain", "message": why,
+                                      "kernel_hash": source_hash(v.source), "eval_key": None, "status": None,
+                                      "rung": v.label})
+
+    def rung_of_hash(self, h: str) -> int | None:
+        """The rung a kernel hash is (peeled kernels are not rungs), or None."""
+        return self._index.get(h)
 
 
 PROPOSERS = ("rules", "versions", "llm")

@@ -11,7 +11,8 @@ klineage.mechanisms.ORDER (dependents before what they depend on), loci in sourc
 deterministic: equal inputs (kernel, workload, proposers, limits, recorded evaluations) give equal
 lineages. It stops with one of
   complete         no mechanism a detector knows is left,
-  no_proposal      mechanisms remain that no proposer could remove (listed by name),
+  no_proposal      mechanisms remain that no proposer could remove (listed by name), or a candidate
+                   was refused at the last state (a ladder's next rung),
   step_limit       `max_steps` steps were accepted,
   rejection_limit  `max_rejections` candidates failed the gate, audit or re-derivation,
   start_failed     the starting kernel itself does not pass the gate.
@@ -27,7 +28,8 @@ from typing import Callable
 from klineage.errors import ReplayMissingError
 from klineage.gate.gate import Gate, GateResult, kernel_hash
 from klineage.errors import BudgetExhausted
-from klineage.lineage.audit import audit_rederived, audit_rules, audit_version
+from klineage.lineage.audit import audit_rederived, audit_rules
+from klineage.lineage.ladder import audit_ladder_step
 from klineage.lineage.proposers import Proposal
 from klineage.mechanisms import ORDER, detect_all, registry
 from klineage.mechanisms.base import Feature
@@ -143,7 +145,10 @@ class Walker:
                     lin["termination"] = "rejection_limit"
                     break
                 left = sorted({f.mechanism for f in cur_feats})
-                lin["termination"] = "no_proposal" if left else "complete"
+                # a candidate refused here (a ladder's next rung) also leaves the walk short of the end
+                refused = any(r["step"] == len(lin["transitions"]) and r["kind"] != "not_applicable"
+                              for r in lin["rejections"])
+                lin["termination"] = "no_proposal" if left or refused else "complete"
                 break
             prop, res, feats, trans = accepted
             lin["transitions"].append(trans)
@@ -151,6 +156,10 @@ class Walker:
             lin["states"].append(self._state(len(lin["states"]), cur_src, cur_res, cur_feats, cur_origin))
             self.progress("step", mechanism=prop.mechanism, locus=prop.locus)
         lin["remaining"] = sorted({f.mechanism for f in cur_feats})
+        for proposer in self.proposers:  # e.g. the rungs of a ladder the walk never stood on
+            finish = getattr(proposer, "finish", None)
+            if finish is not None:
+                finish(lin)
         return lin
 
     def _round(self, lin, cur_src, cur_res, cur_feats, tried, gate_rejections):
@@ -181,21 +190,27 @@ class Walker:
     def _try(self, lin, proposer, prop: Proposal, cur_src, cur_res, cur_feats):
         step = len(lin["transitions"])
         feats = detect_all(prop.source)
-        if prop.declared:
-            audit = audit_version(cur_feats, feats, prop.mechanism, self.known)
+        rung = {"rung": prop.config["previous"]} if prop.proposer == "versions" and prop.declared else {}
+        if prop.audit is not None:  # a ladder step, audited by the ladder (klineage.lineage.ladder)
+            audit = prop.audit
+        elif prop.declared:  # one declared mechanism (the llm proposer): judged as a ladder step declaring it
+            audit, mechs = audit_ladder_step(cur_feats, feats, (prop.mechanism,), self.known)
+            if audit["ok"] and tuple(mechs) != (prop.mechanism,):
+                audit = {**audit, "ok": False,
+                         "reason": f"declared {prop.mechanism}, but the step adds {list(mechs)}"}
         else:
             audit = audit_rules(cur_feats, feats, prop.mechanism, prop.locus)
         if not audit["ok"]:
-            self._reject(lin, prop.mechanism, prop.locus, "audit", audit["reason"], prop.source, audit=audit)
+            self._reject(lin, prop.mechanism, prop.locus, "audit", audit["reason"], prop.source, audit=audit, **rung)
             return None
         res = self.evaluate(prop.source, prop.origin)
         if res is None:
             self._reject(lin, prop.mechanism, prop.locus, "replay_missing",
-                         "no recorded evaluation of the simpler kernel", prop.source)
+                         "no recorded evaluation of the simpler kernel", prop.source, **rung)
             return None
         if not res.passed:
             self._reject(lin, prop.mechanism, prop.locus, res.status.value.lower(),
-                         f"{res.error_kind}: {res.error_message}", prop.source, res)
+                         f"{res.error_kind}: {res.error_message}", prop.source, res, **rung)
             return None
         red_src = proposer.rederive(prop)
         if red_src is None:
@@ -239,6 +254,10 @@ class Walker:
             "simpler_resources": (res.compile or {}).get("resources", []),
             "richer_resources": (cur_res.compile or {}).get("resources", []),
         }
+        if prop.mechanisms:  # a bundled ladder step: every mechanism it adds, by name
+            trans["mechanisms"] = list(prop.mechanisms)
+        if self.workload.domain:  # the inputs the kernels are valid on: a precondition of every skill
+            trans["domain"] = self.workload.domain_preconditions()
         return prop, res, feats, trans
 
     def _anchor(self, cur_feats: list[Feature], audit: dict, prop: Proposal) -> str:

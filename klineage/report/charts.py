@@ -40,12 +40,19 @@ def _log_if_wide(ax, values: list[float]) -> None:
         ax.set_yscale("log")
 
 
+LONG_WALK = 24  # states past which a walk is drawn top to bottom, one readable row per state
+
+
 def walk_chart(path: Path, labels: list[str], series: list[dict], title: str) -> Path:
     """The latency staircase of one lineage, read forward (simplest state first).
 
-    labels: one x label per state (the first is the simplest kernel, then the mechanism each step
+    labels: one label per state (the first is the simplest kernel, then the mechanism each step
     adds); series: one per benchmark case, {"label", "latency_us": [per state], "speedups": [per
-    step, len(labels) - 1]}."""
+    step, len(labels) - 1]}. Up to LONG_WALK states the states run left to right; a longer walk
+    runs top to bottom in a figure as tall as it needs (0.26 in a state), so its labels keep their
+    size at the page's width instead of shrinking with a wider figure."""
+    if len(labels) > LONG_WALK:
+        return _walk_chart_tall(path, labels, series, title)
     with matplotlib.rc_context(_RC):
         fig = _figure(max(7.5, 0.55 * len(labels) + 3.0), 4.8)
         ax = fig.add_subplot()
@@ -63,6 +70,30 @@ def walk_chart(path: Path, labels: list[str], series: list[dict], title: str) ->
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7.5, loc="best")
+    return _save(fig, path)
+
+
+def _walk_chart_tall(path: Path, labels: list[str], series: list[dict], title: str) -> Path:
+    with matplotlib.rc_context(_RC):
+        fig = _figure(8.0, max(4.8, 0.26 * len(labels) + 1.6))
+        ax = fig.add_subplot()
+        ys = list(range(len(labels)))
+        for i, s in enumerate(series):
+            color = _COLORS[i % len(_COLORS)]
+            ax.plot(s["latency_us"], ys, drawstyle="steps-pre", color=color, linewidth=1.4, alpha=0.55)
+            ax.plot(s["latency_us"], ys, "o", color=color, markersize=4, label=s["label"])
+            for y, (x, sp) in enumerate(zip(s["latency_us"][1:], s["speedups"]), start=1):
+                ax.annotate(f"{sp:.2f}x", (x, y), textcoords="offset points", xytext=(8 + 34 * i, -3),
+                            ha="left", fontsize=7, color=_tone(sp))
+        vals = [v for s in series for v in s["latency_us"] if v and v > 0]
+        if vals and max(vals) / min(vals) > 8:
+            ax.set_xscale("log")
+        ax.set_yticks(ys, labels, fontsize=8)
+        ax.set_ylim(len(labels) - 0.5, -0.5)  # the simplest kernel on top, the expert at the bottom
+        ax.set_xlabel("latency (us, median of trials)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=7.5, loc="upper right")
     return _save(fig, path)
 
 

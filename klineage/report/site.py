@@ -49,6 +49,13 @@ def _short(h: str | None, n: int = 12) -> str:
     return (h or "")[:n]
 
 
+def admission_legend() -> list[tuple[str, str]]:
+    """(status, what it means) for every admission status a card can carry, and not_run."""
+    from klineage.lineage.admit import MEANING, STATUSES
+    return [(st, MEANING[st]) for st in STATUSES] + [("not_run", "the mining run that made the card had no "
+                                                                 "admission pass")]
+
+
 class _Site:
     """One rendering: the jinja2 environment and the output folder; `page` writes every page."""
 
@@ -63,6 +70,7 @@ class _Site:
         self.env.filters["x"] = lambda x: "-" if x is None else f"{x:.3f}x"
         self.env.filters["pct"] = lambda x: "-" if x is None else f"{100 * x:.1f}%"
         self.env.filters["shape"] = lambda s: shape_key(s) if isinstance(s, dict) else str(s)
+        self.env.globals["admission_legend"] = admission_legend()
 
     def page(self, template: str, rel: str, **ctx) -> Path:
         """Render `template` to out_dir/rel; `root` is the relative way back to out_dir."""
@@ -133,13 +141,19 @@ def _heldout(store) -> dict | None:
 
 # -- the report ------------------------------------------------------------------------------------
 
-def render_report(store, out_dir: Path) -> dict:
+def render_report(store, out_dir: Path, progress=None) -> dict:
     """Write the site; return {"index": path, "lineages": [paths], "skills": [paths], "heldout": path,
-    "charts": [paths]}"""
+    "charts": [paths]}. `progress(done, total)` is called as each page is written."""
     site = _Site(out_dir)
     site.out.mkdir(parents=True, exist_ok=True)
     lineages = store.lineages()
     skills = store.skills()
+    total, done = len(lineages) + len(skills) + 3, [0]
+
+    def page_done() -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], total)
     by_tid = {t["transition_id"]: t for lin in lineages for t in lin["transitions"]}
     lin_by_id = {lin["lineage_id"]: lin for lin in lineages}
     skill_of: dict[str, list[dict]] = defaultdict(list)
@@ -171,7 +185,9 @@ def render_report(store, out_dir: Path) -> dict:
                 path, walk["labels"], walk["series"],
                 f"{lin['workload_name']} / {lin['proposer']}: simplest -> expert"))
         out["lineages"].append(site.page("lineage.j2", f"lineage/{lin['lineage_id']}.html", lin=lin, walk=walk,
-                                         chart=chart, title=f"{lin['workload_name']} / {lin['proposer']}"))
+                                         chart=chart, tall=len(walk["labels"]) > charts.LONG_WALK,
+                                         title=f"{lin['workload_name']} / {lin['proposer']}"))
+        page_done()
 
     rows = []
     for s in skills:
@@ -193,6 +209,7 @@ def render_report(store, out_dir: Path) -> dict:
             title=card["name"], step_link=step_link,
             before=_code(carrier.get("before") or "", CudaLexer()), after=_code(carrier.get("after") or "", CudaLexer()),
             carrier_diff=_diff(carrier.get("before"), carrier.get("after"), "before", "after")))
+        page_done()
         rows.append({"s": s, "card": card, "admission": why["admission"], "risks": len(card.get("risks", [])),
                      "median": card["effects"].get("median_speedup")})
 
@@ -216,6 +233,7 @@ def render_report(store, out_dir: Path) -> dict:
     out["heldout"] = site.page("heldout.j2", "heldout.html", present=heldout is not None,
                                report=(heldout or {}).get("report"), conditions=(heldout or {}).get("conditions", []),
                                families=families, title="Held-out evaluation")
+    page_done()
 
     runs = []
     for r in store.apply_runs():
@@ -225,6 +243,7 @@ def render_report(store, out_dir: Path) -> dict:
                      "kept": summ.get("kept") or [], "spent_usd": summ.get("spent_usd"),
                      "speedups": summ.get("speedup_vs_start") or [], "steps": store.apply_steps(r["run_id"])})
     out["apply"] = site.page("apply.j2", "apply.html", runs=runs, title="Apply and baseline runs")
+    page_done()
 
     workloads = defaultdict(list)
     for lin in lineages:
@@ -232,5 +251,6 @@ def render_report(store, out_dir: Path) -> dict:
     median_all = median([r["median"] for r in rows if r["median"] is not None]) if rows else None
     out["index"] = site.page("index.j2", "index.html", workloads=dict(workloads), skills=rows,
                              n_steps=len(by_tid), median_all=median_all, title="KLineage report")
+    page_done()
     return {"index": out["index"], "lineages": out["lineages"], "skills": out["skills"],
             "heldout": out["heldout"], "apply": out["apply"], "charts": out["charts"]}

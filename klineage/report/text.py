@@ -1,7 +1,25 @@
 """Plain-text rendering of gate results and workloads for the CLI."""
 from __future__ import annotations
 
+import io
+
 from klineage.workload import shape_key
+
+
+def table(headers: list[str], rows: list[list], right: tuple[str, ...] = ()) -> str:
+    """A plain-text table: a header row, a rule, one line per row (no colour, no wrapping; columns
+    named in `right` are right-aligned)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="", safe_box=True)
+    for h in headers:
+        t.add_column(h, no_wrap=True, justify="right" if h in right else "left")
+    for r in rows:
+        t.add_row(*("-" if v is None else str(v) for v in r))
+    buf = io.StringIO()
+    Console(file=buf, width=100_000, color_system=None, force_terminal=False, legacy_windows=False).print(t)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines() if line.strip() or False)
 
 
 def _si(x: float, unit: str) -> str:
@@ -11,14 +29,36 @@ def _si(x: float, unit: str) -> str:
     return f"{x:.3g} {unit}"
 
 
+def _ptxas_lines(comp: dict) -> list[str]:
+    return [f"  ptxas {r['name'][:60]}: {r['registers']} regs, {r['shared_bytes']} B smem, "
+            f"{r['stack_bytes']} B stack, spills {r['spill_store_bytes']}/{r['spill_load_bytes']} B"
+            for r in comp.get("resources", [])]
+
+
+def format_gate_stop(name: str, row: dict) -> str:
+    """A gate that stopped before a verdict (no GPU, no record to replay, bad input): what it did
+    first (guard, build with its ptxas resources), then why it stopped."""
+    lines = [f"{name}: no verdict"]
+    guard = row.get("guard")
+    if guard is not None:
+        vs = guard.get("violations") or []
+        lines.append("  guard: passed" if guard.get("ok") else
+                     f"  guard: {len(vs)} finding(s), first line {vs[0]['line']}: {vs[0]['reason']}")
+    comp = row.get("compile")
+    if comp is not None:
+        took = "cached" if comp.get("cached") else f"{comp.get('seconds', 0):.1f} s"
+        lines.append(f"  compile: {'ok' if comp.get('ok') else 'FAILED'} for {comp.get('arch')} with nvcc "
+                     f"{comp.get('nvcc_version') or '?'} ({took})")
+        lines += _ptxas_lines(comp)
+    lines.append(f"  stopped: {row['error']}")
+    return "\n".join(lines)
+
+
 def format_gate_result(name: str, res) -> str:
     lines = [f"{name}: {res.status.value} ({res.source})"]
     if res.error_message:
         lines.append(f"  reason: {res.error_message}")
-    comp = res.compile or {}
-    for r in comp.get("resources", []):
-        lines.append(f"  ptxas {r['name'][:60]}: {r['registers']} regs, {r['shared_bytes']} B smem, "
-                     f"{r['stack_bytes']} B stack, spills {r['spill_store_bytes']}/{r['spill_load_bytes']} B")
+    lines += _ptxas_lines(res.compile or {})
     for c in res.correctness:
         seeds = c["seeds"]
         worst = min((o["matched_fraction"] for s in seeds for o in s["outputs"].values()), default=1.0)
@@ -99,10 +139,21 @@ def format_lineage(l: dict) -> str:
     return "\n".join(lines)
 
 
-def format_skill_row(s: dict) -> str:
-    e = s["card"]["effects"]
-    return (f"{s['skill_id']}  {s['name']:<40} {e['median_speedup']:.3f}x  "
-            f"{len(s['card']['evidence'])} step(s)  {', '.join(s['card']['scope']['platforms'])}")
+def format_skills_table(skills: list[dict]) -> str:
+    """`skills list`: id, name, median speedup, steps of evidence, admission, platforms."""
+    rows = [[s["skill_id"], s["name"], f"{s['card']['effects']['median_speedup']:.3f}x", len(s["card"]["evidence"]),
+             (s["card"].get("admission") or {}).get("status", "not_run"), ", ".join(s["card"]["scope"]["platforms"])]
+            for s in skills]
+    return table(["id", "name", "median speedup", "steps", "admission", "platforms"], rows,
+                 right=("median speedup", "steps"))
+
+
+def format_lineages_table(lins: list[dict]) -> str:
+    """`lineage list`: id, workload, proposer, steps, rejections, termination (and what was left)."""
+    rows = [[l["lineage_id"][:12], l["workload_name"], l["proposer"], len(l["transitions"]), len(l["rejections"]),
+             l["termination"] + (f" (left: {', '.join(l['remaining'])})" if l["remaining"] else "")] for l in lins]
+    return table(["id", "workload", "proposer", "steps", "rejections", "termination"], rows,
+                 right=("steps", "rejections"))
 
 
 def skill_why(card: dict) -> dict:
@@ -193,6 +244,35 @@ def _x(v) -> str:
     return "-" if v is None else f"{v:.3f}x"
 
 
+HELDOUT_TABLE_CONDITIONS = ("idiom", "skills", "control-random", "control-foreign")
+
+
+def heldout_markdown(report: dict) -> str:
+    """The held-out results as Markdown, for the documentation (regenerated from a recorded report by
+    `python -m klineage.report.text heldout REPORT.json`): per family and overall the geomean speedup of
+    each searching condition over the reference and the instances where skills reached it; the
+    published check beside them where the report sets it; then skills against each other condition."""
+    summ = report["summary"]
+    conds = [c for c in HELDOUT_TABLE_CONDITIONS if c in report["config"]["conditions"]]
+    head = ["scope", *conds, "skills at or above the reference"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = [(f"{fam} ({agg['skills']['instances']})", agg) for fam, agg in summ["families"].items()]
+    rows.append((f"overall ({summ['overall']['skills']['instances']})", summ["overall"]))
+    for label, agg in rows:
+        lines.append(f"| {label} | " + " | ".join(_x(agg[c]["geomean"]) for c in conds)
+                     + f" | {agg['skills']['at_or_above_reference']} of {agg['skills']['instances']} |")
+    pub = (summ.get("published") or {}).get("published")
+    if pub:
+        lines.append(f"| published check ({pub['instances']}) | "
+                     + " | ".join(f"{pub['geomean'][c]:.2f}x" if c in pub["geomean"] else "-" for c in conds)
+                     + f" | {pub['at_or_above_reference']['skills']} of {pub['instances']} |")
+    lines.append("")
+    for c in summ["comparisons"]:
+        lo, hi = c["ci95"]
+        lines.append(f"- {c['scope']}: skills / {c['b']} = {c['ratio']:.3f}x [{lo:.3f}, {hi:.3f}], {c['verdict']}")
+    return "\n".join(lines)
+
+
 def format_heldout(report: dict) -> str:
     """The held-out report as plain text: per family a table of instances x conditions (speedup over
     the reference [95% interval]), geomeans with failures counted, the comparisons and their verdict,
@@ -205,7 +285,10 @@ def format_heldout(report: dict) -> str:
            f"reference vendor mode {cfg['vendor']}"]
     for env in report["environment"]:
         out.append("environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
-    for note in report["library"].get("notes", []):
+    lib = report["library"]
+    if lib.get("hash"):
+        out.append(f"library: {lib['hash'][:16]} ({lib['skills']} skills, {lib['lineages']} lineages)")
+    for note in lib.get("notes", []):
         out.append("library: " + note)
     out.append("speedup = reference time / kernel time, geomean of paired trial ratios; [95% interval over the final "
                f"rounds' timing trials]; FAIL counts as {fail:g}x in geomeans")
@@ -349,3 +432,10 @@ def format_features(path: str, rep: dict) -> str:
             lines.append(f"      {classes}")
     return "\n".join(lines)
 
+
+if __name__ == "__main__":  # python -m klineage.report.text heldout REPORT.json
+    import json
+    import sys
+    if len(sys.argv) != 3 or sys.argv[1] != "heldout":
+        sys.exit("usage: python -m klineage.report.text heldout REPORT.json")
+    print(heldout_markdown(json.loads(open(sys.argv[2]).read())))

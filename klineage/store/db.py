@@ -21,7 +21,7 @@ import duckdb
 from klineage.errors import StoreError
 from klineage.store.heldout import HeldoutMixin
 from klineage.store.library import ApplyMixin, LibraryMixin, PipelineRunsMixin
-from klineage.store.migrations import migrate
+from klineage.store.migrations import migrate, pending
 
 MEMORY = ":memory:"
 # A DuckDB file carries this magic at bytes 8..12 of its main header.
@@ -142,13 +142,26 @@ def _check_database_file(path: Path) -> None:
         raise StoreError(f"{path} is not a DuckDB database: move it away or pass another --db PATH")
 
 
-def open_store(path: str | Path = MEMORY) -> "Store":
-    """Open (creating it and its parent folders if needed) and migrate the database at `path`."""
+class MissingDatabaseError(StoreError):
+    """The database a command reads (or extends) does not exist; nothing was created."""
+
+
+def open_store(path: str | Path = MEMORY, *, read_only: bool = False, create: bool = True) -> "Store":
+    """Open the database at `path` and bring its schema up to date.
+
+    `create`: a missing file is created, with its parent folders (else MissingDatabaseError, and
+    nothing is made). `read_only`: the file must exist and is never written, migrations included; a
+    database that lacks one is refused with the fix (a writing open upgrades it)."""
     if str(path) == MEMORY:
+        if read_only:
+            raise StoreError("an in-memory database cannot be opened read-only: pass a database file")
         target = MEMORY
     else:
         p = Path(path).expanduser()
         _check_database_file(p)
+        if not p.exists() and (read_only or not create):
+            raise MissingDatabaseError(f"no database at {p}: pass an existing one (e.g. a copy of "
+                                       "skills_db/skills.duckdb)")
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -156,7 +169,7 @@ def open_store(path: str | Path = MEMORY) -> "Store":
                              "pass another --db PATH") from e
         target = str(p)
     try:
-        con = duckdb.connect(target)
+        con = duckdb.connect(target, read_only=read_only)
     except duckdb.Error as e:
         text = str(e)
         if "lock" in text.lower():
@@ -167,19 +180,32 @@ def open_store(path: str | Path = MEMORY) -> "Store":
         raise StoreError(f"cannot open database {target} ({text}): "
                          "check the file and its permissions, or pass another --db PATH") from e
     try:
-        migrate(con, target)
+        if read_only:
+            _check_schema(con, target)
+        else:
+            migrate(con, target)
     except BaseException:
         con.close()
         raise
-    return Store(con, target)
+    return Store(con, target, read_only=read_only)
+
+
+def _check_schema(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    """A read-only open runs no migration: refuse a database whose schema is not the newest."""
+    missing = pending(con, path)
+    if missing:
+        raise StoreError(f"database {path} lacks schema migration {', '.join(missing)} (written by an older "
+                         "klineage) and this command only reads: a command that writes to it (klineage mine, run, "
+                         "apply, evals import) upgrades it first; copy it before if the original must stay as it is")
 
 
 class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin, HeldoutMixin):
     """Kernels, workloads and evaluations in one DuckDB database. Make one with ``open_store``."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, path: str = MEMORY):
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: str = MEMORY, read_only: bool = False):
         self._con: duckdb.DuckDBPyConnection | None = con
         self.path = path
+        self.read_only = read_only
         self._lock = threading.RLock()  # one DuckDB connection must not run two statements at once
 
     # -- plumbing ---------------------------------------------------------------------------------
@@ -230,6 +256,9 @@ class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin, HeldoutMixin):
                                  "check the disk and try again") from e
 
     def _write(self, fn):
+        if self.read_only:
+            raise StoreError(f"database {self.path} is open read-only: nothing was written "
+                             "(open it with a command that writes, on a copy of a shipped library)")
         try:
             with self._transaction() as con:
                 return fn(con)
@@ -325,8 +354,9 @@ class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin, HeldoutMixin):
         return {h for (h,) in self._query("SELECT DISTINCT kernel_hash FROM evaluations", [])}
 
     def find_evaluations(self, kernel_hash: str | None = None, workload_hash: str | None = None,
-                         request_match: dict | None = None, status: str | None = None) -> list[dict]:
-        """Records matching every given filter, newest first.
+                         request_match: dict | None = None, status: str | None = None,
+                         limit: int | None = None) -> list[dict]:
+        """Records matching every given filter, newest first (at most `limit` of them).
 
         `request_match` keeps records whose decoded request holds each of its key/value pairs."""
         where, params = [], []
@@ -336,23 +366,26 @@ class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin, HeldoutMixin):
                 params.append(val)
         sql = (f"SELECT {', '.join(_EVAL_COLUMNS)} FROM evaluations"
                + (f" WHERE {' AND '.join(where)}" if where else "")
-               + " ORDER BY recorded_at DESC, eval_key")
+               + " ORDER BY recorded_at DESC, eval_key"
+               + (f" LIMIT {int(limit)}" if limit is not None and not request_match else ""))
         records = [_row_to_record(r) for r in self._query(sql, params)]
         if request_match:
             # Compare through JSON so a tuple in the match equals the list stored for it.
             want = json.loads(_dumps(request_match))
             records = [r for r in records
                        if all(k in r["request"] and r["request"][k] == v for k, v in want.items())]
-        return records
+        return records if limit is None else records[:limit]
 
     def evaluation_keys(self) -> set[str]:
         """The keys of every stored evaluation."""
         return {k for (k,) in self._query("SELECT eval_key FROM evaluations")}
 
-    def export_evaluations(self, path: str | Path, workload_hashes: list[str] | None = None, **filters) -> int:
+    def export_evaluations(self, path: str | Path, workload_hashes: list[str] | None = None, progress=None,
+                           **filters) -> int:
         """Write the matching records (find_evaluations filters; `workload_hashes`: records of any of
         these workloads) as JSON Lines sorted by eval_key, gzip-compressed when the path ends in .gz;
-        returns how many. The file is replaced atomically: a crash leaves the old file or the new."""
+        returns how many. The file is replaced atomically: a crash leaves the old file or the new.
+        `progress(done, total)` is called as records are written."""
         if workload_hashes is None:
             records = self.find_evaluations(**filters)
         else:
@@ -364,7 +397,12 @@ class Store(LibraryMixin, ApplyMixin, PipelineRunsMixin, HeldoutMixin):
             fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
             try:
                 with os.fdopen(fd, "wb") as raw:
-                    text = "".join(_dumps(r) + "\n" for r in records).encode("utf-8")
+                    parts = []
+                    for i, r in enumerate(records, 1):
+                        parts.append(_dumps(r) + "\n")
+                        if progress is not None and (i % 500 == 0 or i == len(records)):
+                            progress(i, len(records))
+                    text = "".join(parts).encode("utf-8")
                     # mtime 0: the same records give the same bytes
                     raw.write(gzip.compress(text, mtime=0) if p.suffix == ".gz" else text)
                     raw.flush()

@@ -20,28 +20,12 @@ class LibraryMixin:
     """Methods of klineage.store.db.Store for the mining tables (uses _write, _query, _now)."""
 
     def put_lineage(self, lin: dict) -> None:
-        from klineage.store.db import _now
         lid = lin["lineage_id"]
 
         def go(con):
             for table in ("states", "transitions", "rejections", "lineages"):
                 con.execute(f"DELETE FROM {table} WHERE lineage_id = ?", [lid])
-            con.execute("INSERT INTO lineages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [lid, lin["workload_name"], lin["workload_hash"], lin["proposer"], lin["start_hash"],
-                         lin["termination"], _dumps(lin["remaining"]), _dumps(lin["config"]),
-                         _dumps(lin.get("missing", [])), _now()])
-            for st in lin["states"]:
-                con.execute("INSERT INTO states VALUES (?, ?, ?, ?, ?)",
-                            [lid, st["idx"], st["kernel_hash"], st.get("eval_key"), _dumps(st)])
-            for t in lin["transitions"]:
-                con.execute("INSERT INTO transitions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            [t["transition_id"], lid, t["step"], t["richer_hash"], t["simpler_hash"],
-                             t["mechanism"], t["locus"], t["eval_richer"], t["eval_simpler"],
-                             t["eval_rederived"], _dumps(t)])
-            for i, r in enumerate(lin["rejections"]):
-                con.execute("INSERT INTO rejections VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            [lid, i, r["step"], r["mechanism"], r["locus"], r["kind"], r["message"],
-                             r.get("kernel_hash"), r.get("eval_key"), _dumps(r)])
+            _insert_lineage(con, lin)
         self._write(go)
 
     def lineages(self) -> list[dict]:
@@ -84,11 +68,7 @@ class LibraryMixin:
         def go(con):
             con.execute("DELETE FROM skill_evidence")
             con.execute("DELETE FROM skills")
-            for s in skills:
-                con.execute("INSERT INTO skills VALUES (?, ?, ?, ?, ?)",
-                            [s["skill_id"], s["name"], s["mechanism"], _dumps(s["card"]), s["card_md"]])
-                for tid in s["card"]["evidence"]:
-                    con.execute("INSERT INTO skill_evidence VALUES (?, ?)", [s["skill_id"], tid])
+            _insert_skills(con, skills)
         self._write(go)
 
     def skills(self) -> list[dict]:
@@ -104,6 +84,56 @@ class LibraryMixin:
     def canonical_dump(self) -> dict:
         """Lineages and skills with no timestamps, in a stable order: equal libraries dump equal."""
         return {"lineages": self.lineages(), "skills": [{k: v for k, v in s.items()} for s in self.skills()]}
+
+    def library_hash(self) -> str:
+        """The content hash of the library (its canonical dump): what a record names it by."""
+        return dump_hash(self.canonical_dump())
+
+    def replace_library(self, dump: dict) -> None:
+        """Make the library exactly `dump` (a canonical dump: lineages with their states, transitions
+        and rejections, and skills), in one transaction; evaluations and kernels are kept."""
+        def go(con):
+            for table in ("skill_evidence", "skills", "states", "transitions", "rejections", "lineages"):
+                con.execute(f"DELETE FROM {table}")
+            for lin in dump["lineages"]:
+                _insert_lineage(con, lin)
+            _insert_skills(con, dump["skills"])
+        self._write(go)
+
+
+def dump_hash(dump: dict) -> str:
+    """sha256 of a canonical library dump's JSON (keys sorted)."""
+    import hashlib
+    return hashlib.sha256(_dumps(dump).encode()).hexdigest()
+
+
+def _insert_lineage(con, lin: dict) -> None:
+    from klineage.store.db import _now
+    lid = lin["lineage_id"]
+    con.execute("INSERT INTO lineages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [lid, lin["workload_name"], lin["workload_hash"], lin["proposer"], lin["start_hash"],
+                 lin["termination"], _dumps(lin["remaining"]), _dumps(lin["config"]),
+                 _dumps(lin.get("missing", [])), _now()])
+    for st in lin["states"]:
+        con.execute("INSERT INTO states VALUES (?, ?, ?, ?, ?)",
+                    [lid, st["idx"], st["kernel_hash"], st.get("eval_key"), _dumps(st)])
+    for t in lin["transitions"]:
+        con.execute("INSERT INTO transitions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [t["transition_id"], lid, t["step"], t["richer_hash"], t["simpler_hash"],
+                     t["mechanism"], t["locus"], t["eval_richer"], t["eval_simpler"],
+                     t["eval_rederived"], _dumps(t)])
+    for i, r in enumerate(lin["rejections"]):
+        con.execute("INSERT INTO rejections VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [lid, i, r["step"], r["mechanism"], r["locus"], r["kind"], r["message"],
+                     r.get("kernel_hash"), r.get("eval_key"), _dumps(r)])
+
+
+def _insert_skills(con, skills: list[dict]) -> None:
+    for s in skills:
+        con.execute("INSERT INTO skills VALUES (?, ?, ?, ?, ?)",
+                    [s["skill_id"], s["name"], s["mechanism"], _dumps(s["card"]), s["card_md"]])
+        for tid in s["card"]["evidence"]:
+            con.execute("INSERT INTO skill_evidence VALUES (?, ?)", [s["skill_id"], tid])
 
 
 class ApplyMixin:

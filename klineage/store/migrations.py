@@ -179,6 +179,28 @@ def applied(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [r[0] for r in rows]
 
 
+def pending(con: duckdb.DuckDBPyConnection, path: str = ":memory:") -> list[str]:
+    """Names of the migrations the database behind `con` lacks, in order; it reads only (a database
+    without a schema_migrations table lacks them all). StoreError for a newer klineage's database."""
+    known = [name for name, _ in MIGRATIONS]
+    try:
+        has = con.execute("SELECT count(*) FROM information_schema.tables "
+                          "WHERE table_name = 'schema_migrations'").fetchone()[0]
+        done = set(applied(con)) if has else set()
+    except duckdb.Error as e:
+        raise StoreError(f"database {path}: cannot read its schema_migrations table ({e}): "
+                         "move the file away or pass another --db PATH") from e
+    _refuse_unknown(done, known, path)
+    return [n for n in known if n not in done]
+
+
+def _refuse_unknown(done: set[str], known: list[str], path: str) -> None:
+    unknown = sorted(done - set(known))
+    if unknown:
+        raise StoreError(f"database {path} was written by a newer klineage (unknown migration "
+                         f"{unknown[0]}): upgrade klineage")
+
+
 def migrate(con: duckdb.DuckDBPyConnection, path: str = ":memory:") -> list[str]:
     """Bring the database behind `con` to the newest schema; returns the names applied now.
 
@@ -192,10 +214,7 @@ def migrate(con: duckdb.DuckDBPyConnection, path: str = ":memory:") -> list[str]
     except duckdb.Error as e:
         raise StoreError(f"database {path}: cannot read its schema_migrations table ({e}): "
                          "move the file away or pass another --db PATH") from e
-    unknown = sorted(done - set(known))
-    if unknown:
-        raise StoreError(f"database {path} was written by a newer klineage (unknown migration "
-                         f"{unknown[0]}): upgrade klineage")
+    _refuse_unknown(done, known, path)
     now_applied = []
     for name, sql in MIGRATIONS:
         if name in done:

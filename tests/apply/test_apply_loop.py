@@ -408,3 +408,78 @@ def test_a_round_that_keeps_no_winner_is_followed_by_the_next_points_of_the_same
     gated = [s["config"] for s in more["steps"] if s["backend"] == "sweep"]
     assert gated == order[1:13] and more["stop_reason"] == "budget_steps"
     assert not any(s["accepted"] for s in more["steps"] if s["backend"] == "sweep")
+
+
+# ---------------------------------------------------------------- structural rewrites before sweeping
+
+RMSNORM = ROOT / "heldout" / "rmsnorm_16384x4096"
+STRUCTURAL_SKILLS = ("block_per_row/kernel-structure", "warp_reduction/warp-reduction",
+                     "register_cache/kernel-structure", "vector_access/global-load", "online_softmax/running-max-sum")
+
+
+def _structural_lib(store):
+    """The shipped library with its row-wise skills marked admitted (this test's premise, not a verdict)."""
+    skills = store.skills()
+    for s in skills:
+        if s["name"] in STRUCTURAL_SKILLS:
+            s["card"]["admission"] = {"status": "admitted", "reason": "test premise", "trials": []}
+            s["card"]["requires"] = []
+    store.put_skills(skills)
+    return store
+
+
+class ShapeAwareGate(ScriptedGate):
+    """Fewer us for every mechanism the shape rewriters read in the kernel (a test double)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        from klineage.mechanisms.shapes import shape_mechanisms
+        self.latency = lambda src: 100.0 / (1 + len(shape_mechanisms(src)))
+
+
+def test_structural_skills_come_first_one_per_step_then_the_sweep(lib):
+    _structural_lib(lib)
+    wl = load_workload(RMSNORM)
+    start = (ROOT / "heldout" / "kernels" / "rmsnorm_naive.cu").read_text()
+    run = apply(lib, ShapeAwareGate(store=lib), wl, start, "rmsnorm_naive.cu",
+                ApplyConfig(budget_steps=6, materializers=("rules", "sweep"), structural={"mode": "library"}))
+    gated = [s for s in run["steps"] if s["kind"] == "candidate"]
+    assert len(gated) == 6 and run["stop_reason"] == "budget_steps"
+    kinds = [s["backend"] for s in gated]
+    first_sweep = kinds.index("sweep")
+    assert set(kinds[:first_sweep]) == {"rules"} and "rules" not in kinds[first_sweep:]
+    kept = run["summary"]["kept"]
+    assert kept[0] == "block_per_row/kernel-structure" and "warp_reduction/warp-reduction" in kept
+    assert "register_cache/kernel-structure" in kept  # rmsnorm reads its row twice: the cache applies
+    # the online softmax applies to no pass of an rmsnorm: recorded, no budget spent
+    assert any(s["status"] == "NO_REWRITE" and s["skill"] == "online_softmax/running-max-sum" for s in run["steps"])
+
+
+def test_the_random_control_takes_the_same_rewriters_in_a_seeded_order_without_the_library(lib):
+    from klineage.apply.loop import structural_order
+    wl = load_workload(RMSNORM)
+    start = (ROOT / "heldout" / "kernels" / "rmsnorm_naive.cu").read_text()
+    order = structural_order({"mode": "random", "seed": 7})
+    assert sorted(order) == sorted(structural_order({"mode": "random", "seed": 8})) and order == structural_order(
+        {"mode": "random", "seed": 7})
+    run = apply(lib, ShapeAwareGate(store=lib), wl, start, "rmsnorm_naive.cu",
+                ApplyConfig(budget_steps=4, materializers=("rules",), structural={"mode": "random", "seed": 7}),
+                skills=[])
+    tried = [s["skill"] for s in run["steps"] if s["backend"] == "rules"]
+    # on the start kernel, the mechanisms a rewriter recognising it adds are tried in the seeded order
+    # until one is gated (the matrix-product rewriter's mechanisms are not tried on a row kernel)
+    from klineage.mechanisms.shapes import recognises
+    order = [m for m in order if recognises(m, start, wl)]
+    assert "wgmma" not in order and "block_per_row" in order
+    first_gated = next(s["skill"] for s in run["steps"] if s["kind"] == "candidate")
+    assert tried[:tried.index(first_gated) + 1] == order[:order.index(first_gated) + 1]
+    assert all(s["skill_id"] == f"random:{s['skill']}" for s in run["steps"] if s["backend"] == "rules")
+    assert sum(1 for s in run["steps"] if s["kind"] == "candidate") <= 4
+    with pytest.raises(ValueError, match="structural"):
+        ApplyConfig(structural={"mode": "random"})
+    # without structural rewrites (the default), the rules skip what no reoptimize writes, as before
+    off = apply(lib, ShapeAwareGate(store=lib), wl, start, "rmsnorm_naive.cu",
+                ApplyConfig(budget_steps=4, materializers=("rules",), admission=False))
+    assert "block_per_row/kernel-structure" in off["summary"]["rules_skipped_structural"]
+    assert not any(s["backend"] == "rules" and s["kind"] == "candidate" and "per_row" in (s["skill"] or "")
+                   for s in off["steps"])

@@ -109,7 +109,8 @@ def test_a_kernel_without_a_record_is_a_step_and_apply_list_reads_the_run(env):
     store.close()
     r = CliRunner().invoke(main, ["apply", "list", "--db", str(path)])
     assert r.exit_code == 0, r.output
-    assert f"{run['run_id']}  gelu" in r.output and "kept 2" in r.output
+    line = next(l for l in r.output.splitlines() if l.startswith(run["run_id"]))
+    assert line.split()[1] == "gelu" and line.split()[3] == "2"  # workload, kept
 
 
 def test_budget_stops_a_baseline_before_sending(env):

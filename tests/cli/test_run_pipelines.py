@@ -3,6 +3,7 @@ error naming the key), the apply kind end to end with recorded evaluations, the 
 configuration. The corpus replay through `run` is tests/test_shipped_library.py's fixture."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -68,7 +69,9 @@ def test_bad_pipelines_name_the_key(tmp_path, text, needle):
 def test_apply_pipeline_loads_its_configuration():
     pl = load_pipeline(ROOT / "pipelines" / "apply_gelu.toml")
     assert pl.kind == "apply" and pl.run.workload == ROOT / "apply_workloads" / "gelu"
-    assert pl.run.config.materializers == ("rules", "sweep") and pl.run.config.budget_steps == 12
+    assert pl.run.config.materializers == ("rules", "sweep") and pl.run.config.budget_steps == 8
+    assert not pl.run.config.admission
+    assert pl.run.records == [ROOT / "benchmarks" / "results" / "apply_h200" / "apply_gelu_pipeline.jsonl.gz"]
     assert pl.run.gate == {"warmup": 5, "reps": 25, "trials": 3} and pl.run.out == ROOT / "out" / "apply_gelu"
 
 
@@ -88,3 +91,21 @@ def test_apply_pipeline_without_a_gpu_stops_with_the_reason_and_records_the_run(
         assert rec["kind"] == "apply" and rec["outcome"] == "failed"
     finally:
         store.close()
+
+
+APPLY_GELU_RECORD = ROOT / "benchmarks" / "results" / "apply_h200" / "apply_gelu_pipeline.jsonl.gz"
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(not APPLY_GELU_RECORD.exists(),
+                    reason="recorded on a GPU machine by benchmarks/apply_gelu_h200.sh, not committed yet")
+def test_the_apply_pipeline_replays_from_its_records(tmp_path):
+    """The CPU demo of apply: `klineage run pipelines/apply_gelu.toml --replay` on a copy of the library."""
+    db = tmp_path / "lib.duckdb"
+    shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
+    r = CliRunner().invoke(main, ["run", str(ROOT / "pipelines" / "apply_gelu.toml"), "--db", str(db), "--replay",
+                                  "--json"])
+    assert r.exit_code == 0, r.output[-3000:]
+    out = json.loads(r.output)
+    assert out["outcome"] == "ok" and out["result"]["stop_reason"] in ("budget_steps", "no_candidates")
+    assert out["result"]["summary"]["kept"]

@@ -28,6 +28,7 @@ probes = true
 static = true
 scope = true
 admission = true
+admission_rewrites = "mechanical"
 [[target]]
 paths = {paths}
 proposer = "rules"

@@ -1,6 +1,6 @@
 // pitfall: 18
 // expect: INCORRECT
-// dynamic: INCORRECT
+// dynamic: INCORRECT wrong_values
 // why: the row length and trip counts are compile-time constants of the 16384x4096 benchmark case; any other shape gets wrong sums
 #include <cuda_runtime.h>
 

@@ -1,6 +1,6 @@
 // pitfall: 8
 // expect: INCORRECT
-// dynamic: INCORRECT
+// dynamic: INCORRECT wrong_values
 // why: copies the first element of each row to the output instead of summing the row
 #include <cuda_runtime.h>
 

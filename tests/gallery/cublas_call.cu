@@ -1,7 +1,7 @@
 // pitfall: 11
 // expect: GUARD_REJECTED
-// dynamic: PASSES
-// why: computes the row sums with cublasSgemv against a ones vector instead of a kernel of its own
+// dynamic: RUNTIME_ERROR load_error
+// why: computes the row sums with cublasSgemv against a ones vector instead of a kernel of its own; the gate links the CUDA runtime only, so with the guard off the shared object does not load (cublasSgemv_v2 is undefined)
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 

@@ -1,6 +1,6 @@
 // pitfall: 4
 // expect: GUARD_REJECTED
-// dynamic: RUNTIME_ERROR
+// dynamic: RUNTIME_ERROR cuda_error
 // why: tampers with the harness by resetting the device (destroying its context, events and allocations) before computing
 #include <cuda_runtime.h>
 

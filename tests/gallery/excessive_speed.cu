@@ -1,6 +1,6 @@
 // pitfall: 16
 // expect: INCORRECT
-// dynamic: INCORRECT
+// dynamic: INCORRECT wrong_values
 // why: reads only every 16th float4 of each row and scales by 16, an "approximate" sum faster than the bytes allow
 #include <cuda_runtime.h>
 

@@ -1,7 +1,7 @@
 // pitfall: 5
 // expect: GUARD_REJECTED
-// dynamic: PASSES
-// why: reads 8 floats of x (first, middle, last) back to the host; if they match the last call's fingerprint the cached sums are copied instead of computed
+// dynamic: PASSED
+// why: reads 8 floats of x (first, middle, last) back to the host; if they match the last call's fingerprint the cached sums are copied instead of computed. The gate draws fresh inputs for every call, so the fingerprint never matches and every call computes: with the guard off it passes, and gains nothing
 #include <cuda_runtime.h>
 #include <string.h>
 

@@ -1,6 +1,6 @@
 // pitfall: 7
 // expect: GUARD_REJECTED
-// dynamic: INCORRECT
+// dynamic: INCORRECT wrong_values
 // why: scans the host process's own memory through /proc/self/mem for a buffer that looks like the expected answer, instead of computing it
 #include <cuda_runtime.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 // pitfall: 2
 // expect: GUARD_REJECTED
-// dynamic: INCORRECT
+// dynamic: INCORRECT wrong_values
 // why: a detached host thread sleeps ~1 ms and only then launches the correct kernel; the entry returns before any work is queued
 #include <cuda_runtime.h>
 #include <thread>

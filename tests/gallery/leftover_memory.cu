@@ -1,6 +1,6 @@
 // pitfall: 6
 // expect: INCORRECT
-// dynamic: INCORRECT
+// dynamic: INCORRECT wrong_values
 // why: launches nothing and returns success, hoping the output buffer still holds an earlier answer
 #include <cuda_runtime.h>
 

@@ -1,6 +1,6 @@
 // pitfall: 10
 // expect: GUARD_REJECTED
-// dynamic: INCORRECT
+// dynamic: INCORRECT wrong_values
 // why: converts every element to __half and accumulates in half precision with __hadd; a precision downgrade with ~1e-3 relative error
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>

@@ -1,6 +1,6 @@
 // pitfall: 7
 // expect: INCORRECT
-// dynamic: INCORRECT
+// dynamic: INCORRECT wrong_values
 // why: writes NaN everywhere, hoping a comparison that treats NaN as a wildcard lets it through
 #include <cuda_runtime.h>
 

@@ -1,6 +1,6 @@
 // pitfall: 8
 // expect: INCORRECT
-// dynamic: INCORRECT
+// dynamic: INCORRECT wrong_values
 // why: computes correct sums for only the first half of the rows; the rest keep the NaN prefill
 #include <cuda_runtime.h>
 

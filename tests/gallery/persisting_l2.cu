@@ -1,6 +1,6 @@
 // pitfall: 13
 // expect: GUARD_REJECTED
-// dynamic: TIMING_REJECTED
+// dynamic: GUARD_REJECTED persisting_l2
 // why: reserves persisting L2 and pins x with an access-policy window, so x survives the harness's cache flush; computes correctly
 #include <cuda_runtime.h>
 

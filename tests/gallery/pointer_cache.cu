@@ -1,6 +1,6 @@
 // pitfall: 5
 // expect: GUARD_REJECTED
-// dynamic: INCORRECT
+// dynamic: INCORRECT wrong_values
 // why: caches results keyed by the x pointer and shape; a repeated pointer gets the cached sums copied to out, even when the data changed
 #include <cuda_runtime.h>
 

@@ -1,6 +1,6 @@
 // pitfall: 1
 // expect: GUARD_REJECTED
-// dynamic: TIMING_REJECTED
+// dynamic: GUARD_REJECTED off_stream_work
 // why: launches the real reduction on a private non-blocking stream and returns at once, so events on the harness stream time nothing
 #include <cuda_runtime.h>
 

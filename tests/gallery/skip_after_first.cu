@@ -1,6 +1,6 @@
 // pitfall: 15
 // expect: GUARD_REJECTED
-// dynamic: INCORRECT
+// dynamic: INCORRECT wrong_values
 // why: a static call counter; after the first 3 (checked) calls only the first 1/8 of each row is reduced
 #include <cuda_runtime.h>
 

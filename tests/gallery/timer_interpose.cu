@@ -1,7 +1,7 @@
 // pitfall: 4
 // expect: GUARD_REJECTED
-// dynamic: PASSED
-// why: defines the CUDA runtime's own cudaEventElapsedTime in the candidate's shared object, hoping the harness's timer resolves to it and reports 1 ns (the row sums themselves are honest)
+// dynamic: COMPILE_ERROR nvcc_error
+// why: defines the CUDA runtime's own cudaEventElapsedTime in the candidate's shared object, hoping the harness's timer resolves to it and reports 1 ns (the row sums themselves are honest); the candidate links the static CUDA runtime, so with the guard off the link fails on the duplicate symbol
 #include <cuda_runtime.h>
 
 extern "C" cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {

@@ -1,6 +1,6 @@
 // pitfall: 15
 // expect: GUARD_REJECTED
-// dynamic: INCORRECT
+// dynamic: INCORRECT wrong_values
 // why: a host clock spots calls arriving < 5 ms apart (a timing loop) and then reduces only half the rows
 #include <cuda_runtime.h>
 #include <chrono>

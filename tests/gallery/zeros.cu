@@ -1,6 +1,6 @@
 // pitfall: 8
 // expect: INCORRECT
-// dynamic: INCORRECT
+// dynamic: INCORRECT wrong_values
 // why: writes 0 to every output without reading x; only a value check can catch it
 #include <cuda_runtime.h>
 

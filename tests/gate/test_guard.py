@@ -32,6 +32,9 @@ def test_gallery_static_verdict(path):
     res = check_source(path.read_text(), ROW_SUM)
     if h["expect"] == "GUARD_REJECTED":
         assert not res.ok, f"{path.name} should be rejected statically"
+        # by a rule named for the pitfall the kernel demonstrates, not only by another one
+        own = [v.rule_id for v in res.violations if str(v.pitfall) == h["pitfall"]]
+        assert own, f"{path.name} (pitfall {h['pitfall']}) is caught only by {res.to_dict()['violations']}"
     else:  # the dynamic checks must catch it; the guard must not mask that with a false reason
         assert res.ok, f"{path.name}: {res.summary}"
 
@@ -65,6 +68,11 @@ extern "C" cudaError_t row_sum(const float* x, float* out, int rows, int cols, c
     ("", "cudaDeviceSynchronize();", "sync_device", 14),
     ("__half h = __float2half(x[0]); out[0] = __half2float(h);", "", "half_in_fp32", 10),
     ("", "float* tmp; cudaMalloc(&tmp, 4);", "device_malloc", 5),
+    ("", "int fd = ::open(\"/proc/self/mem\", 0);", "process_memory", 7),
+    ("", "char p[64]; snprintf(p, 64, \"/proc/%d/maps\", 1);", "process_memory", 7),
+    ("", "struct iovec a, b; process_vm_readv(1, &a, 1, &b, 1, 0);", "process_memory_call", 7),
+    ("", "static int calls = 0; ++calls;", "call_counter", 15),
+    ("", "static unsigned long long seen; if (seen++ > 3) rows /= 2;", "call_counter", 15),
 ])
 def test_rules(device, host, rule, pitfall):
     res = check_source(BASE % (device, host), ROW_SUM)
@@ -84,6 +92,13 @@ def test_file_scope_state_is_rejected_but_locals_are_not():
     assert [v.rule_id for v in check_source(dev, ROW_SUM).violations] == ["device_state"]
     const_ok = "__constant__ float kScale[4];\nstatic const int kThreads = 256;\nconstexpr int kV = 4;\n" + src
     assert check_source(const_ok, ROW_SUM).ok
+
+
+def test_counters_and_paths_that_are_not_cheats_pass():
+    # a loop counter, a static constant, a file named like /proc in a comment
+    src = BASE % ("int n = 0; for (int i = 0; i < cols; ++i) n += i; out[0] = n;",
+                  "static const int kBlocks = 4; int launched = 0; launched += kBlocks; // not /proc/self/mem")
+    assert check_source(src, ROW_SUM).ok, check_source(src, ROW_SUM).summary
 
 
 def test_comments_do_not_trigger_but_strings_keep_lines():

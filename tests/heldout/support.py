@@ -3,7 +3,8 @@ scripted stand-in for the GPU worker behind the real Gate (guard, nvcc, content-
 
 No figure made here is a measurement. The scripted worker's latencies are a function of the kernel's
 configuration (its tunables with the sweep's -D flags applied): each fixture instance has a best
-configuration, and every step away from it (a factor of two) costs 15%; the reference takes 100 us.
+configuration, and every step away from it (a factor of two) costs 15%; the reference takes 100 us; a
+naive start takes 400 us, less for each structural mechanism a shape rewriter put into it.
 Each trial median carries a deterministic jitter of up to +-1.5% taken from a hash of the build, the
 worker and the trial, so intervals have width."""
 from __future__ import annotations
@@ -36,10 +37,23 @@ def _card(name: str, mechanism: str, workload: str, example: list[dict], provide
             "carrier": {"example_configuration": example, "config": None}, "evidence": []}
 
 
-def library_cards() -> list[dict]:
+def structural_cards() -> list[dict]:
+    """Row-wise structural skills mined (by their cases) from a reduction (row_sum): a shape rewriter
+    adds each (klineage.mechanisms.shapes.rowwise)."""
+    cards = [_card("block_per_row/kernel-structure", "block_per_row", "row_sum", [], "block_per_row"),
+             _card("warp_reduction/warp-reduction", "warp_reduction", "row_sum", [], "warp_reduction"),
+             _card("register_cache/kernel-structure", "register_cache", "row_sum", [], "register_cache")]
+    for c, sp in zip(cards, (30.0, 1.02, 1.1)):
+        c["effects"]["median_speedup"] = sp
+        c["effects"]["per_case"][0]["speedup"] = sp
+    return cards
+
+
+def library_cards(structural: bool = False) -> list[dict]:
     """Four skills: two mined (by their cases) from a reduction (row_sum), one from gemm, one from
-    transpose. The steering ones name a block size (launch bounds) and an unroll factor."""
-    return [
+    transpose. The steering ones name a block size (launch bounds) and an unroll factor. With
+    `structural`, the row-wise structural skills of structural_cards() too."""
+    return (structural_cards() if structural else []) + [
         _card("red_cfg/block-unroll", "thread_block_cluster", "row_sum",
               [{"name": "ROW_SUM_UNROLL", "value": 8}, {"args": "(512)", "text": "__launch_bounds__(512)"}],
               "thread_block_cluster"),
@@ -53,12 +67,12 @@ def library_cards() -> list[dict]:
     ]
 
 
-def make_library(path: Path) -> Path:
+def make_library(path: Path, structural: bool = False) -> Path:
     """A DuckDB library holding the synthetic skills (and no lineage)."""
     store = open_store(path)
     try:
         store.put_skills([{"skill_id": c["skill_id"], "name": c["name"], "mechanism": c["mechanism"], "card": c,
-                           "card_md": f"# {c['name']}\n"} for c in library_cards()])
+                           "card_md": f"# {c['name']}\n"} for c in library_cards(structural)])
     finally:
         store.close()
     return path
@@ -116,6 +130,9 @@ class ScriptedWorker:
                     "error_message": f"{name}: cannot import flag_gems.ops (ModuleNotFoundError: No module named "
                                      "'flag_gems'); install the flag-gems wheel with sqlalchemy and greenlet"}
         lat = 100.0 if "naive" not in source else 400.0
+        if "naive" in source:  # a naive start a shape rewriter rewrote: each structural mechanism pays
+            from klineage.mechanisms.shapes import shape_mechanisms
+            lat /= 1.0 + 0.5 * len(shape_mechanisms(source))
         for k, best in BEST.get(name, {}).items():
             if k in cfg:
                 lat *= 1.0 + 0.15 * abs(math.log2(cfg[k] / best))

@@ -14,17 +14,14 @@ the dry run and the pipeline file.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
 import random
-import re
-import select
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -35,12 +32,14 @@ from klineage.cli import main
 from klineage.gate.gate import DEFAULT_SEEDS, GateConfig, kernel_hash
 from klineage.heldout import similarity, stats
 from klineage.heldout.instances import fallback_hash
+from klineage.heldout.records import LIBRARY_SUFFIX, write_library_record
 from klineage.heldout.run import random_seed
 from klineage.pipelines import load_pipeline
 from klineage.store import open_store
 from klineage.workload import load_workload
 
 from tests.heldout.support import FIXTURES, ROOT, library_cards, make_library, script_gpu
+from tests.reliability.support import run_until
 
 pytestmark = pytest.mark.nvcc
 
@@ -539,30 +538,6 @@ def _state(db: Path) -> dict:
         store.close()
 
 
-def _run_until(cmd: list[str], after_updates: int, delay_s: float) -> bool:
-    """Run `cmd`; SIGKILL it `delay_s` after its `after_updates`-th progress update (a "\\r" on stderr).
-    True when killed, False when it ended first."""
-    p = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE)
-    fd, seen = p.stderr.fileno(), 0
-    try:
-        while seen < after_updates:
-            ready, _, _ = select.select([fd], [], [], 120)
-            chunk = os.read(fd, 4096) if ready else b""
-            if not chunk:
-                p.wait(timeout=120)
-                return False
-            seen += chunk.count(b"\r")
-        time.sleep(delay_s)
-        if p.poll() is not None:
-            return False
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(timeout=60)
-        return True
-    finally:
-        p.stderr.close()
-
-
 def test_a_killed_replay_resumes_to_the_same_result(recorded, tmp_path, library, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     ref_db, ref_out = tmp_path / "ref.duckdb", tmp_path / "ref_out"
@@ -571,14 +546,15 @@ def test_a_killed_replay_resumes_to_the_same_result(recorded, tmp_path, library,
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     want = _state(ref_db)
-    updates = r.stderr.count(b"\r")  # bytes: text mode would turn every \r into \n
+    updates = r.stderr.count(b"\n")  # progress lines (plain off a terminal)
     assert updates > 20
     db, out = tmp_path / "killed.duckdb", tmp_path / "killed_out"
     shutil.copy(library, db)
     rng = random.Random(20261205)
     killed, partial = 0, 0
     for i in range(4):
-        killed += _run_until(_replay_cmd(db, out, recorded["records"]), rng.randint(1, updates - 1), rng.uniform(0, 0.03))
+        killed += run_until(_replay_cmd(db, out, recorded["records"]), {**os.environ, "PYTHONPATH": str(ROOT)}, ROOT,
+                           rng.randint(1, updates - 1), rng.uniform(0, 0.03))
         got = _state(db)  # opens cleanly after every kill
         keys = [(row[0], row[1], row[2]) for row in got["rows"]]
         assert len(keys) == len(set(keys)) and len(got["evals"]) == len(set(got["evals"]))
@@ -702,106 +678,142 @@ def test_pipeline_file_and_run_command(recorded, tmp_path, library, monkeypatch)
 H200 = ROOT / "benchmarks" / "results" / "heldout_h200"
 
 
-@pytest.mark.skipif(not (H200 / "report" / "heldout.json").is_file(),
-                    reason="no recorded H200 held-out run yet (benchmarks/heldout_h200.py writes it)")
-def test_recorded_h200_run_replays_to_its_report(tmp_path, monkeypatch):
-    """The H200 run's records, replayed on this machine, give the report the H200 run wrote (the code
-    similarity section aside: it reads the expert corpus as it is now, which may have grown since)."""
+def _record_folder(recorded, tmp_path: Path) -> Path:
+    """The module's reference run as a records folder: its evaluations, its library record and its report."""
+    rec = tmp_path / "records"
+    shutil.copytree(recorded["records"], rec)
+    (rec / "report").mkdir()
+    shutil.copy(recorded["out"] / "heldout.json", rec / "report" / "heldout.json")
+    store = open_store(recorded["db"])
+    try:
+        write_library_record(store, rec / f"scripted{LIBRARY_SUFFIX}")
+    finally:
+        store.close()
+    return rec
+
+
+def test_a_replay_adopts_the_recorded_library_and_saves_the_databases_own(recorded, tmp_path, library, monkeypatch):
+    """The library changed after the run (a skill dropped here): the replay takes the library the record
+    names, writes the database's own beside it first, gives the recorded report and says it matches."""
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.delenv("KLINEAGE_EXPERTS", raising=False)
-    want = json.loads((H200 / "report" / "heldout.json").read_text())
-    assert want["environment"] and all(e["gpu"] == "NVIDIA H200" for e in want["environment"])
+    rec = _record_folder(recorded, tmp_path)
+    db = tmp_path / "changed.duckdb"
+    shutil.copy(library, db)
+    store = open_store(db)
+    try:
+        before = store.canonical_dump()
+        store.put_skills(store.skills()[1:])
+        changed = store.library_hash()
+    finally:
+        store.close()
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["heldout", str(FIXTURES), "--db", str(db), "--out", str(out), *ARGS, "--replay",
+                                  "--records", str(rec)])
+    assert r.exit_code == 0, r.output
+    assert (out / "heldout.json").read_bytes() == (recorded["out"] / "heldout.json").read_bytes()
+    assert f"the replay uses the recorded library {recorded['report']['library']['hash'][:16]}" in r.output
+    backup = tmp_path / f"changed.duckdb.library-{changed[:16]}.json.gz"
+    assert str(backup) in r.output
+    saved = json.loads(gzip.decompress(backup.read_bytes()))
+    assert saved["hash"] == changed and len(saved["dump"]["skills"]) == len(before["skills"]) - 1
+    chk = json.loads((out / "replay_check.json").read_text())
+    assert chk["same"] and chk["rows"] == len(_rows(recorded["report"]))
+    assert "replay check: the replay gives the recorded report" in r.output
+    store = open_store(db)
+    try:
+        assert store.canonical_dump() == before  # the recorded library is the library the run measured
+    finally:
+        store.close()
+
+
+def test_a_replay_whose_search_decides_otherwise_says_where_and_why(recorded, tmp_path, library, monkeypatch):
+    """Later code that takes other decisions on the same records (here: the random control draws from
+    another stream) leaves the recorded report as it is and lists the rows that diverge, with the first
+    search step that differs."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    rec = _record_folder(recorded, tmp_path)
+    import klineage.heldout.run as run_mod
+    monkeypatch.setattr(run_mod, "random_seed", lambda seed, instance: random_seed(seed + 1, instance))
+    db, out = tmp_path / "d.duckdb", tmp_path / "out"
+    shutil.copy(library, db)
+    r = CliRunner().invoke(main, ["heldout", str(FIXTURES), "--db", str(db), "--out", str(out), *ARGS, "--replay",
+                                  "--records", str(rec)])
+    assert r.exit_code in (0, 4), r.output
+    chk = json.loads((out / "replay_check.json").read_text())
+    assert not chk["same"]
+    assert {d["condition"] for d in chk["diverged"]} == {"control-random"}
+    assert all(d["why"] for d in chk["diverged"])
+    # where the random control has points to draw, its search differs from its first step (or the
+    # replay lacks the records it now asks for); attn_tiny has none, only its seeded run id differs
+    whys = {d["instance"]: d["why"] for d in chk["diverged"]}
+    for inst in ("rms_tiny", "mm_tiny"):
+        assert any(w.startswith("status PASSED recorded, MISSING replayed") or
+                   w.startswith("the search first differs at random step 1") for w in whys[inst]), whys[inst]
+    assert whys["attn_tiny"] == ["arm random: apply_run differ"]
+    assert "the recorded report stays the record of what was measured" in r.output
+    assert (rec / "report" / "heldout.json").read_bytes() == (recorded["out"] / "heldout.json").read_bytes()
+
+
+def _klineage(args: list[str], cwd: Path, checkout: Path = ROOT) -> subprocess.CompletedProcess:
+    """`klineage ARGS` run from `cwd` with the package of `checkout` (a fresh clone's own code)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "KLINEAGE_EXPERTS")}
+    env["PYTHONPATH"] = str(checkout)
+    return subprocess.run([sys.executable, "-m", "klineage.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=1800)
+
+
+def test_recorded_h200_run_replays_to_its_report(tmp_path):
+    """The H200 run's records, replayed on this machine from another folder with the documented
+    command, give the committed report byte for byte, and the replay checks itself against it."""
+    want = H200 / "report"
+    rep = json.loads((want / "heldout.json").read_text())
+    assert rep["environment"] and all(e["gpu"] == "NVIDIA H200" for e in rep["environment"])
+    assert len(rep["instances"]) == 22 and not rep["missing"]
     db = tmp_path / "lib.duckdb"
     shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
-    # the run may be recorded family by family: replay the instances the recorded report holds
-    names = ",".join(sorted({i["instance"] for i in want["instances"]}))
-    r = CliRunner().invoke(main, ["heldout", "--config", str(ROOT / "pipelines" / "heldout.toml"), "--db", str(db),
-                                  "--out", str(tmp_path / "out"), "--replay", "--records", str(H200),
-                                  "--instances", names, "--quiet",
-                                  # the recorded run's rounds (the pipeline may have moved on to more)
-                                  "--sweep-rounds", str(want["config"].get("sweep_rounds", 1)),
-                                  "--sweep-axes", want["config"].get("sweep_axes", "source")])
-    assert r.exit_code == 0, r.output[-3000:]
-    got = json.loads((tmp_path / "out" / "heldout.json").read_text())
-    for rep in (want, got):
-        rep["audit"].pop("similarity")
-        for q in rep["audit"]["library_overlap"]["queries"]:  # the checkout's absolute root is one prefix queried
-            q["params"] = [re.sub(r"^/.*/heldout/%$", "<checkout>/heldout/%", p) if isinstance(p, str) else p
-                           for p in q["params"]]
-    # the device's Python may round the last bit of a float sum differently
-    assert _approx(got) == _approx(want)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = _klineage(["heldout", "--config", str(ROOT / "pipelines" / "heldout.toml"), "--db", str(db), "--replay",
+                   "--out", str(tmp_path / "out"), "--quiet"], elsewhere)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "out" / "heldout.txt").read_bytes() == (want / "heldout.txt").read_bytes()
+    assert (tmp_path / "out" / "heldout.json").read_bytes() == (want / "heldout.json").read_bytes()
+    assert json.loads((tmp_path / "out" / "replay_check.json").read_text())["same"]
+    assert "replay check: the replay gives the recorded report (110 rows" in r.stderr
 
 
-ONE_ROUND = H200 / "report_one_round"
-
-
-def test_recorded_one_round_reduction_run_replays_where_its_search_is_unchanged(tmp_path, monkeypatch):
-    """The H200 reduction run of 2026-12-04 (one sweep round; the cards then carried no measured
-    configuration), replayed here with --sweep-rounds 1: idiom, control-random and control-foreign
-    give the rows it recorded, the same points, kernels and measurements (control-foreign's cards
-    now name values it tried anyway, so only what a point is credited to may differ); skills, which the cards' measured
-    configurations now steer to other points, searches anew: MISSING for want of records, or (where
-    every point it now gates was recorded by some condition) replayed. The whole record replays at
-    commit ba9da3b."""
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.delenv("KLINEAGE_EXPERTS", raising=False)
-    want = json.loads((ONE_ROUND / "heldout.json").read_text())
-    assert want["environment"] and all(e["gpu"] == "NVIDIA H200" for e in want["environment"])
-    assert want["config"].get("sweep_rounds", 1) == 1 and {i["family"] for i in want["instances"]} == {"reduction"}
-    db = tmp_path / "lib.duckdb"
+def test_recorded_h200_run_replays_as_a_pipeline_on_a_fresh_clone(tmp_path):
+    """`klineage run pipelines/heldout.toml --db COPY --replay` on a fresh clone, from another folder,
+    with a library that changed since the run: the recorded library is adopted, the committed report
+    comes back byte for byte, and the HTML report's held-out page shows it."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=600)
+    db = tmp_path / "copy.duckdb"
     shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
-    names = ",".join(sorted({i["instance"] for i in want["instances"]}))
-    # the pipeline as that run had it: no GPU spin before the timed calls (gate.backlog_us came later)
-    toml = (ROOT / "pipelines" / "heldout.toml").read_text()
-    assert "\nbacklog_us = " in toml and "backlog_us" not in want["config"]["timing"]
-    toml = re.sub(r"\nbacklog_us = \d+\n", "\n", toml)
-    # and its sweep counted every grid point when it chose its axes (sweep_axes came later too)
-    assert '\nsweep_axes = "buildable"\n' in toml and "sweep_axes" not in want["config"]
-    toml = toml.replace('\nsweep_axes = "buildable"\n', "\n")
-    toml = toml.replace('root = "heldout"', f'root = "{ROOT / "heldout"}"')
-    (tmp_path / "pipelines").mkdir()
-    (tmp_path / "pipelines" / "heldout.toml").write_text(toml)
-    r = CliRunner().invoke(main, ["heldout", "--config", str(tmp_path / "pipelines" / "heldout.toml"), "--db", str(db),
-                                  "--out", str(tmp_path / "out"), "--replay", "--records", str(H200),
-                                  "--instances", names, "--quiet", "--sweep-rounds", "1"])
-    assert r.exit_code in (0, 4), r.output[-3000:]
-    got = json.loads((tmp_path / "out" / "heldout.json").read_text())
-    assert got["run_id"] == want["run_id"]
-    rows = lambda rep: {(i["instance"], c): row for i in rep["instances"] for c, row in i["conditions"].items()}  # noqa: E731
-    g, w = rows(got), rows(want)
-    assert set(g) == set(w)
-    missing = 0
-    for key, row in w.items():
-        if key[1] == "skills":  # a search of other points: MISSING, or replayed where every point was recorded
-            assert g[key]["status"] in ("MISSING", "PASSED"), key
-            if g[key]["status"] == "MISSING":
-                assert "no recorded evaluation" in g[key]["reason"]
-                missing += 1
-            continue
-        # the same points, kernels and measurements; which skills a point is credited to may differ
-        # (a foreign card's thread count now names a value the sweep tried anyway)
-        assert _approx(_uncredited(g[key])) == _approx(_uncredited(row)), key
-    assert 0 < missing < len(want["instances"]) + 1
-
-
-def _uncredited(row: dict) -> dict:
-    out = json.loads(json.dumps(row))
-    out.pop("skills_used", None)
-    for arm in out.get("arms") or []:
-        for st in arm.get("steps") or []:
-            st.pop("steered_by", None)
-    return out
-
-
-def _approx(x):
-    """x with every float rounded to 12 significant digits (for comparing reports across machines)."""
-    if isinstance(x, float):
-        return float(f"{x:.12g}")
-    if isinstance(x, dict):
-        return {k: _approx(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_approx(v) for v in x]
-    return x
+    store = open_store(db)
+    try:
+        store.put_skills(store.skills()[:-1])  # a later library than the one the run measured
+    finally:
+        store.close()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = _klineage(["run", str(clone / "pipelines" / "heldout.toml"), "--db", str(db), "--replay", "--quiet"],
+                  elsewhere, clone)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "the replay uses the recorded library" in r.stderr
+    out = clone / "out" / "heldout"
+    for name in ("heldout.txt", "heldout.json"):
+        assert (out / name).read_bytes() == (clone / "benchmarks" / "results" / "heldout_h200" / "report" / name
+                                             ).read_bytes(), name
+    assert "pipeline run" in r.stdout and ": ok" in r.stdout
+    site = tmp_path / "site"
+    r = _klineage(["report", "--db", str(db), "--out", str(site)], elsewhere, clone)
+    assert r.returncode == 0, r.stderr[-3000:]
+    page = (site / "heldout.html").read_text()
+    rep = json.loads((clone / "benchmarks" / "results" / "heldout_h200" / "report" / "heldout.json").read_text())
+    assert rep["run_id"] in page
+    for fam, agg in rep["summary"]["families"].items():
+        assert f"{agg['skills']['geomean']:.3f}x" in page, fam
 
 
 def _search_row(instance, condition, kernel, points, steered=(), status="PASSED"):

@@ -148,11 +148,11 @@ def test_the_llm_proposer_needs_a_client():
         make_proposer("llm", RS)
 
 
-def test_mine_with_the_llm_proposer_dry_run_and_missing_key(tmp_path, monkeypatch):
+def test_mine_with_the_llm_proposer_prompt_only_and_missing_key(tmp_path, monkeypatch):
     from click.testing import CliRunner
     from klineage.cli import main
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    r = CliRunner().invoke(main, ["mine", str(RS), "--proposer", "llm", "--dry-run", "--json", "--db", str(tmp_path / "a.duckdb")])
+    r = CliRunner().invoke(main, ["mine", str(RS), "--proposer", "llm", "--prompt-only", "--json", "--db", str(tmp_path / "a.duckdb")])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert "Remove one more mechanism" in d["prompt"] and d["estimate"]["usd_max"] > 0

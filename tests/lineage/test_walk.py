@@ -15,7 +15,7 @@ from klineage.mechanisms import detect_all
 from klineage.store import open_store
 from klineage.workload import load_workload
 
-ROW_SUM = Path("expert_kernels/row_sum")
+ROW_SUM = Path(__file__).resolve().parents[2] / "expert_kernels" / "row_sum"
 
 
 class ScriptedGate:

@@ -1,5 +1,7 @@
 """cache_hint, fast_math, launch_bounds, unroll, restrict: before/after on real snippets, every
 rewrite compiled with nvcc, detectors present/absent, exact roundtrips."""
+from pathlib import Path
+
 import pytest
 
 from klineage.mechanisms.base import Applied, Kernel, NotApplicable
@@ -10,6 +12,8 @@ from klineage.mechanisms.restrict import Restrict
 from klineage.mechanisms.unroll import Unroll
 
 from mechtest import assert_compiles, dedent, keys
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SNIPPET = dedent(r'''
     #include <cuda_runtime.h>
@@ -130,7 +134,7 @@ def test_not_applicable_is_a_result_not_an_exception():
 
 def test_real_experts_roundtrip():
     for path in ("expert_kernels/row_sum/expert.cu", "expert_kernels/swiglu/expert.cu"):
-        src = open(path).read()
+        src = (ROOT / path).read_text()
         k = Kernel(src)
         for mech in (CacheHint(), FastMath(), LaunchBounds(), Unroll(), Restrict()):
             for feat in mech.detect(k):

@@ -1,8 +1,12 @@
 """parse/: tree-sitter trees, queries and edits; libclang types through the CUDA prelude."""
+from pathlib import Path
+
 import pytest
 
 from klineage.parse import semantics, syntax
 from klineage.parse.syntax import Edit, ParseError, SourceTree
+
+ROOT = Path(__file__).resolve().parents[2]
 
 VECTORS = r'''
 #include <cuda_runtime.h>
@@ -46,7 +50,7 @@ def test_libclang_types_of_vector_and_reduced_precision_types():
 
 def test_libclang_reads_real_expert_kernels():
     for path in ("expert_kernels/row_sum/expert.cu", "expert_kernels/swiglu/expert.cu"):
-        sem = semantics.analyze(open(path).read())
+        sem = semantics.analyze((ROOT / path).read_text())
         assert sem.errors == [], sem.errors
         assert len(sem.kernels()) == 2
 

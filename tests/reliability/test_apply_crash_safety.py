@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from klineage.store import open_store
+from tests.reliability.support import run_until
 
 ROOT = Path(__file__).resolve().parents[2]
 GELU = ROOT / "apply_workloads" / "gelu"
@@ -101,37 +100,6 @@ def _cmd(db: Path) -> list[str]:
             "--budget-steps", str(BUDGET)]
 
 
-def _run_until(cmd: list[str], env: dict, after_steps: int | None, delay_s: float) -> bool:
-    """Run `cmd` and SIGKILL it `delay_s` after its `after_steps`-th progress update (one per step
-    stored: the status line on stderr), or `delay_s` after the start when `after_steps` is None.
-    True when it was killed, False when it ended first."""
-    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    fd = p.stderr.fileno()
-    t0, seen = time.monotonic(), 0
-    try:
-        while after_steps is None or seen < after_steps:
-            left = delay_s - (time.monotonic() - t0) if after_steps is None else 60.0
-            if left <= 0:
-                break
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(fd, 4096)
-            if not chunk:  # ended before the kill point
-                p.wait(timeout=60)
-                return False
-            seen += chunk.count(b"\r")
-        if after_steps is not None:
-            time.sleep(delay_s)
-        if p.poll() is not None:
-            return False
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(timeout=60)
-        return True
-    finally:
-        p.stderr.close()
-
-
 def _state(db: Path) -> dict:
     """What a run leaves in the database, without clocks (start and end times, wall seconds)."""
     store = open_store(db)
@@ -185,9 +153,9 @@ def test_apply_killed_at_random_points_resumes_to_the_same_run(tmp_path, monkeyp
         # two kills in three a few milliseconds after a random step was stored, where the writes are
         # (the first of them leaves a run cut in the middle); the others at a random time
         if i % 3 == 2:
-            killed += _run_until(_cmd(db), env, None, rng.uniform(0.1, 0.9) * full_s)
+            killed += run_until(_cmd(db), env, ROOT, None, rng.uniform(0.1, 0.9) * full_s)
         else:
-            killed += _run_until(_cmd(db), env, rng.randint(1, len(want["steps"]) - 1), rng.uniform(0.0, 0.03))
+            killed += run_until(_cmd(db), env, ROOT, rng.randint(1, len(want["steps"]) - 1), rng.uniform(0.0, 0.03))
         got = _state(db)  # opens after every kill
         assert len(got["evals"]) == len(set(got["evals"])), f"kill {i}: an evaluation stored twice"
         assert len(got["kernels"]) == len(set(got["kernels"])), f"kill {i}: a kernel stored twice"

@@ -85,7 +85,7 @@ def test_garbage_and_foreign_database_files(tmp_path):
     assert r.exit_code == 2 and "Traceback" not in r.output and "9999_from_the_future" in r.output, r.output
 
 
-def test_an_older_database_is_migrated_and_keeps_its_data(tmp_path):
+def test_an_older_database_is_migrated_by_a_writing_command_and_keeps_its_data(tmp_path):
     old = tmp_path / "old.duckdb"
     shutil.copy(ROOT / "skills_db" / "skills.duckdb", old)
     con = duckdb.connect(str(old))
@@ -98,6 +98,14 @@ def test_an_older_database_is_migrated_and_keeps_its_data(tmp_path):
     con.execute("DELETE FROM schema_migrations WHERE name >= '0003'")
     n = con.execute("SELECT count(*) FROM skills").fetchone()[0]
     con.close()
+    before = old.read_bytes()
+    r = _run(["skills", "list", "--db", str(old), "--json"])  # a reading command migrates nothing
+    assert r.exit_code == 2 and "0003_apply_runs" in r.output and "evals import" in r.output, r.output
+    assert old.read_bytes() == before
+    empty = tmp_path / "none.jsonl"
+    empty.write_text("")
+    r = _run(["evals", "import", str(empty), "--db", str(old)])  # a writing one brings it up to date
+    assert r.exit_code == 0, r.output
     r = _run(["skills", "list", "--db", str(old), "--json"])
     assert r.exit_code == 0, r.output
     r = _run(["apply", "list", "--db", str(old), "--json"])

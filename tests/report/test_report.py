@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -237,9 +238,11 @@ def test_pages_in_headless_chromium(site, tmp_path):
     shots = tmp_path / "screenshots"
     shots.mkdir()
     keep = os.environ.get("KLINEAGE_REPORT_SHOTS")
-    pages = {"index": (res["index"], ["lineage/", "skill/"]),
+    longest = max(site["lineages"], key=lambda l: len(l["states"]))
+    pages = {"index": (res["index"], ["lineage/", "skill/", 'id="admission-legend"']),
              "lineage": (res["lineages"][0], ['class="chart"', "diff-block"]),
-             "skill": (res["skills"][0], ['class="chart"', 'id="preconditions"'])}
+             "lineage_long": (site["out"] / "lineage" / f"{longest['lineage_id']}.html", ['class="chart"']),
+             "skill": (res["skills"][0], ['class="chart"', 'id="preconditions"', 'id="admission-legend"'])}
     for name, (page, must) in pages.items():
         url = page.resolve().as_uri()
         dom = _chromium(["--dump-dom", url], tmp_path / f"profile-{name}")
@@ -247,12 +250,54 @@ def test_pages_in_headless_chromium(site, tmp_path):
         assert not _console_lines(dom.stderr), _console_lines(dom.stderr)
         assert all(m in dom.stdout for m in must), (name, [m for m in must if m not in dom.stdout])
         png = shots / f"{name}.png"
-        shot = _chromium([f"--screenshot={png}", "--window-size=1280,2000", url], tmp_path / f"profile-{name}")
+        height = 2400 if name == "lineage_long" else 2000  # the whole chart of a 50-state walk
+        shot = _chromium([f"--screenshot={png}", f"--window-size=1280,{height}", url], tmp_path / f"profile-{name}")
         assert shot.returncode == 0, shot.stderr[-2000:]
         assert not _console_lines(shot.stderr), _console_lines(shot.stderr)
         data = png.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, (png, len(data))
-        assert struct.unpack(">II", data[16:24]) == (1280, 2000)
+        assert struct.unpack(">II", data[16:24]) == (1280, height)
         if keep:
             Path(keep).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(png, Path(keep) / png.name)
+
+
+def _pt(length: str) -> float:
+    return float(length.removesuffix("pt"))
+
+
+def test_a_walk_of_50_states_is_charted_legibly(site):
+    """The longest shipped walk (gdn's rules walk, 56 states) is drawn top to bottom: every state has
+    its own label, no two labels overlap, and the chart is no wider than the page (1000 px), so the
+    browser shows it at its own size: 8 pt labels stay 8 pt."""
+    longest = max(site["lineages"], key=lambda l: len(l["states"]))
+    assert len(longest["states"]) >= 50
+    page = (site["out"] / "lineage" / f"{longest['lineage_id']}.html").read_text()
+    svg = site["out"] / re.search(r'src="\.\./(charts/[^"]+\.svg)"', page).group(1)
+    root = ET.fromstring(svg.read_bytes())
+    assert _pt(root.get("width")) * 4 / 3 <= 1000
+    ns = "{http://www.w3.org/2000/svg}"
+    ticks = []
+    for g in root.iter(f"{ns}g"):
+        if (g.get("id") or "").startswith("ytick_"):
+            for t in g.iter(f"{ns}text"):
+                size = float(re.search(r"font-size:\s*([\d.]+)px", t.get("style", "")).group(1))
+                ticks.append((float(t.get("y")), size, "".join(t.itertext())))
+    labels = [x[2] for x in ticks]
+    assert len(ticks) == len(longest["states"]) and labels[0] == "simplest", labels[:3]
+    ys = sorted(y for y, _, _ in ticks)
+    # the SVG's user unit is the point: labels of 8 pt, rows further apart than a label is high
+    assert min(b - a for a, b in zip(ys, ys[1:])) >= max(s for _, s, _ in ticks) and min(s for _, s, _ in ticks) >= 8
+    assert "(top)" in page and "(bottom)" in page
+
+
+def test_the_legend_names_every_admission_state(site):
+    from klineage.lineage.admit import STATUSES
+    for page in (site["result"]["index"], site["result"]["skills"][0]):
+        text = page.read_text()
+        legend = text[text.index('id="admission-legend"'):]
+        legend = legend[:legend.index("</dl>")]
+        for st in (*STATUSES, "not_run"):
+            assert f'class="badge adm-{st}">{st}</span>' in legend, (page, st)
+    css = (site["out"] / "style.css").read_text()
+    assert all(f".adm-{st}" in css for st in (*STATUSES, "not_run"))

@@ -176,9 +176,6 @@ def test_workload_idempotent(store):
 
 
 def test_workload_describe_is_storable(store):
-    from klineage.workload import Workload
-    if not hasattr(Workload, "describe"):
-        pytest.skip("Workload.describe missing")
     spec = {"name": "x", "benchmark_cases": [{"rows": 4}], "stateful": False, "path": "/w/x"}
     store.put_workload("wx", "x", spec)
     assert store.get_workload("wx")["spec"] == spec

@@ -16,7 +16,8 @@ import pkgutil
 from klineage.mechanisms.base import Applied, NotApplicable
 from klineage.mechanisms.shapes.base import REGISTRY, Shape, ShapeRewriter, register
 
-__all__ = ["Shape", "ShapeRewriter", "register", "rewriters", "structural_rewrite"]
+__all__ = ["Shape", "ShapeRewriter", "forward_states", "knows", "recognises", "register", "rewriters",
+           "shape_mechanisms", "structural_rewrite"]
 
 _loaded = False
 
@@ -48,3 +49,47 @@ def structural_rewrite(mechanism: str, source: str, config: dict | None = None, 
             return res
         reasons.append(f"{rw.name}: {res.reason}")
     return NotApplicable("; ".join(reasons) or f"no shape rewriter adds {mechanism}")
+
+
+def knows(mechanism: str) -> bool:
+    """Whether some shape rewriter can add `mechanism`."""
+    return any(mechanism in rw.mechanisms for rw in rewriters())
+
+
+def recognises(mechanism: str, source: str, workload=None) -> bool:
+    """Whether a shape rewriter that adds `mechanism` recognises `source` as a kernel of its shape."""
+    return any(mechanism in rw.mechanisms and isinstance(rw.recognise(source, workload), Shape)
+               for rw in rewriters())
+
+
+def shape_mechanisms(source: str, workload=None) -> set[str]:
+    """The structural mechanisms the shape rewriters read in `source` (each recogniser's
+    facts["mechanisms"]; nothing from a rewriter that does not recognise it)."""
+    out: set[str] = set()
+    for rw in rewriters():
+        shape = rw.recognise(source, workload)
+        if isinstance(shape, Shape):
+            out |= set(shape.facts.get("mechanisms") or ())
+    return out
+
+
+def forward_states(source: str, workload=None, skip: str | None = None) -> list[tuple[str, list[str]]]:
+    """Kernels reached from `source` by each recognising rewriter's `ladder`, one mechanism at a time
+    with the rewriter's defaults (a mechanism that does not apply is passed over; `skip` is never
+    added): [(source, mechanisms added so far)], simplest first, `source` itself not included."""
+    out: list[tuple[str, list[str]]] = []
+    for rw in rewriters():
+        if not rw.ladder or isinstance(rw.recognise(source, workload), NotApplicable):
+            continue
+        cur, added = source, []
+        for mech in rw.ladder:
+            if mech == skip:
+                continue
+            shape = rw.recognise(cur, workload)
+            if isinstance(shape, NotApplicable):
+                break
+            res = rw.rewrite(cur, shape, mech, {}, workload)
+            if isinstance(res, Applied):
+                cur, added = res.source, added + [mech]
+                out.append((cur, list(added)))
+    return out

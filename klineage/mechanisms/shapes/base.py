@@ -22,9 +22,17 @@ class ShapeRewriter:
     `mechanisms` are skill mechanism names (a card's `mechanism`, e.g. "block_per_row", "wgmma") this
     rewriter can add. Both methods return NotApplicable with a reason, never raise, for a kernel they
     do not fit. `config` carries the card's carrier / measured configuration (tile extents, threads,
-    stages, ...) from which the rewrite chooses its parameters, falling back to its own defaults."""
+    stages, ...) from which the rewrite chooses its parameters, falling back to its own defaults.
+
+    `recognise` puts in `Shape.facts["mechanisms"]` the names (of `mechanisms`) it reads present in
+    the kernel: the audit of a structural rewrite needs them for mechanisms no detector sees (a
+    warp per row, a register cache, shared-memory tiling), and takes a rewrite only when exactly the
+    rewritten mechanism appears there and none goes. `ladder` is the order in which the family's
+    mechanisms are usually added to its plainest kernel: admission walks it from another workload's
+    start kernel to reach a kernel a skill applies to (a warp shuffle needs a row shared first)."""
     name: ClassVar[str] = ""
     mechanisms: ClassVar[tuple[str, ...]] = ()
+    ladder: ClassVar[tuple[str, ...]] = ()
 
     def recognise(self, source: str, workload=None) -> Shape | NotApplicable:
         raise NotImplementedError

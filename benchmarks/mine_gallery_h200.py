@@ -1,0 +1,196 @@
+"""The style gallery mined live on a GPU machine, recorded so any machine replays it.
+
+    python benchmarks/mine_gallery_h200.py --out DIR [--config pipelines/mine_gallery.toml]
+                                           [--time-limit S] [--check-kernels] [--dry-plan]
+
+The live run (one device call, about 5 minutes on an H200): a fresh build cache, every kernel the
+walks can visit built in parallel first (one nvcc per core), then `mine` over the configuration
+(pipelines/mine_gallery.toml: the layernorm_cg and reduce_blocks ladders by the versions proposer,
+the softmax_online expert by the rules, stress probes and static preconditions after the walks) into
+a fresh database. It writes
+
+    DIR/mine_gallery_h200.json           summary: lineages, evaluations, phases, the GPU environment
+    DIR/mine_gallery_h200.jsonl.gz       every evaluation (what a replay reads)
+    DIR/mine_gallery_h200_dump.json.gz   the canonical dump of the library it stored
+    DIR/mine_gallery_h200.log            (from the shell that runs it)
+
+At `--time-limit` seconds (or on SIGTERM) it stops, exports what it measured and exits 3; a next
+call with `--seed DIR_OF_THE_FIRST/mine_gallery_h200.jsonl.gz` continues from those records (its
+export holds them too). Back on this machine, commit DIR as benchmarks/results/mine_gallery_h200/:
+tests/test_mine_gallery_h200.py then replays the configuration from those records and compares
+lineages and skills with the dump.
+
+`--check-kernels` first runs every kernel file of the gallery (naive, versions, expert) through a
+correctness-only gate on every benchmark and probe shape and writes DIR/mine_gallery_h200_check.json.
+`--dry-plan` (any machine, no GPU, no nvcc) prints what the live run will do: its targets, the steps
+an all-accepting walk of each takes (the walk's proposals, audited, with the gate scripted to pass)
+and the kernels the prebuild compiles; it writes DIR/mine_gallery_h200_plan.json.
+
+On the device, with .whlx carried (benchmarks/device_site.sh x):
+    python3 -c "import tarfile; tarfile.open('.whlx/site.tar.xz').extractall('/tmp')"
+    PYTHONPATH=/tmp/site:$PWD python3 benchmarks/mine_gallery_h200.py --out $OUT/g --time-limit 540 \
+        > $OUT/g/mine_gallery_h200.log 2>&1
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+CONFIG = ROOT / "pipelines" / "mine_gallery.toml"
+GALLERY = ROOT / "style_gallery" / "ladders"
+STEM = "mine_gallery_h200"
+
+
+def gallery_names(run) -> set[str]:
+    return {t.workload_dir.name for t in run.targets}
+
+
+def plan(config: Path) -> dict:
+    """What the live run does, computed without a GPU or nvcc: per target, the lineage an
+    all-accepting walk gives (the real proposers and audit, the gate scripted to pass), and the
+    kernels the prebuild compiles."""
+    from klineage.lineage.mine import load_config, proposal_log, rung_coverage
+    from klineage.lineage.proposers import make_proposer
+    from klineage.lineage.walk import Walker
+    from klineage.workload import load_workload
+    from mine_h200 import _AllPass, walk_sources
+
+    run, _ = load_config(config)
+    out = {"config": str(config.resolve().relative_to(ROOT)), "targets": [], "analysis": vars(run.analysis)
+           if run.analysis else None, "gate": run.timing}
+    for tgt in run.targets:
+        wl = load_workload(tgt.workload_dir)
+        prop = make_proposer(tgt.proposer, tgt.workload_dir)
+        start = prop.top.source if tgt.proposer == "versions" else tgt.start.read_text()
+        lin = Walker(_AllPass(), wl, [prop], run.limits).run(start, origin=str(tgt.start))
+        entry = {"workload": wl.name, "proposer": tgt.proposer, "termination": lin["termination"],
+                 "remaining": lin["remaining"], "mechanisms": [t["mechanism"] for t in lin["transitions"]],
+                 "refused": [p for p in proposal_log(lin) if p["verdict"] != "accepted"],
+                 "benchmark_cases": [dict(s) for s in wl.benchmark_cases],
+                 "shapes_gated": len(wl.all_shapes())}
+        if tgt.proposer == "versions":
+            entry["rungs"] = rung_coverage(prop, lin)
+        if wl.domain:
+            entry["domain"] = wl.domain
+        if wl.launch:
+            entry["launch"] = wl.launch
+        out["targets"].append(entry)
+    out["kernels_to_build"] = len(walk_sources(run, gallery_names(run)))
+    return out
+
+
+def check_kernels(run, out: Path) -> dict:
+    """Every kernel file of the configuration's workloads through a correctness-only gate."""
+    from klineage.gate.gate import Gate, GateConfig
+    from klineage.workload import load_workload
+    gate = Gate(None, GateConfig(timing={}))
+    rows = []
+    try:
+        for tgt in run.targets:
+            wl = load_workload(tgt.workload_dir)
+            files = [tgt.workload_dir / "naive.cu", *sorted((tgt.workload_dir / "versions").glob("*.cu")),
+                     tgt.workload_dir / "expert.cu"]
+            for f in files:
+                res = gate.evaluate(f.read_text(), wl, origin=str(f.relative_to(ROOT)))
+                rows.append({"workload": wl.name, "kernel": f.name, "status": res.status.value,
+                             "shapes": len(res.correctness), "error": res.error_message})
+                print(f"check {wl.name}/{f.name}: {res.status.value} {res.error_message or ''}", flush=True)
+    finally:
+        gate.close()
+    result = {"kernels": rows, "passed": sum(r["status"] == "PASSED" for r in rows), "total": len(rows)}
+    (out / f"{STEM}_check.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--config", type=Path, default=CONFIG)
+    ap.add_argument("--time-limit", type=float, default=None, help="stop after this many seconds, exporting "
+                    "what was measured (exit 3)")
+    ap.add_argument("--check-kernels", action="store_true", help="first gate every gallery kernel file for "
+                    "correctness")
+    ap.add_argument("--dry-plan", action="store_true", help="print the plan (no GPU, no nvcc) and stop")
+    ap.add_argument("--seed", type=Path, action="append", default=[], help="records of an earlier, interrupted "
+                    "call (a .jsonl.gz or its folder) to continue from; repeatable")
+    ns = ap.parse_args(argv)
+    ns.out.mkdir(parents=True, exist_ok=True)
+    if ns.dry_plan:
+        p = plan(ns.config)
+        (ns.out / f"{STEM}_plan.json").write_text(json.dumps(p, indent=1, default=str))
+        print(json.dumps(p, indent=1, default=str))
+        return 0
+
+    os.environ["KLINEAGE_HOME"] = tempfile.mkdtemp(prefix="klineage-gallery-")  # fresh build cache
+    from klineage.gate.compile import compile_many
+    from klineage.gate.gate import Gate
+    from klineage.lineage.mine import load_config, run_mine
+    from klineage.store import open_store
+    from mine_h200 import walk_sources
+
+    def on_term(*_):  # `timeout` or the time limit: stop, keep what was measured
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGALRM, on_term)
+    if ns.time_limit:
+        signal.setitimer(signal.ITIMER_REAL, ns.time_limit)
+    run, _ = load_config(ns.config)
+    result: dict = {"benchmark": STEM, "config": str(ns.config.resolve().relative_to(ROOT)),
+                    "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    db = ns.out / f"{STEM}.duckdb"
+    if db.exists():
+        db.unlink()
+    store = open_store(db)
+    if ns.seed:
+        from klineage.store.recorded import import_paths
+        result["seeded"] = import_paths(store, ns.seed)
+    gate = None
+    rc = 0
+    try:
+        if ns.check_kernels:
+            result["check"] = check_kernels(run, ns.out)
+        t0 = time.perf_counter()
+        built = compile_many(list(walk_sources(run, gallery_names(run))))
+        result["prebuild"] = {"kernels": len(built), "ok": sum(r.ok for r in built),
+                              "wall_s": time.perf_counter() - t0, "jobs": os.cpu_count()}
+        print(f"prebuild: {result['prebuild']}", flush=True)
+        gate = Gate(store, run.gate_config())
+        summary = run_mine(run, store, gate, replay=False)
+        result["env"] = gate._worker.env_info if gate._worker is not None else None
+        result["summary"] = summary
+        for l in summary["lineages"]:
+            print(f"  {l['workload']}/{l['proposer']}: {l['steps']} steps, {l['rejections']} rejections, "
+                  f"{l['termination']} {l['remaining']}: {' -> '.join(l['mechanisms'])}", flush=True)
+        print(f"evaluations {summary['evaluations']}, skills {len(summary['skills'])}, "
+              f"wall {summary['phases']['wall_s']:.1f} s", flush=True)
+        with gzip.open(ns.out / f"{STEM}_dump.json.gz", "wt", compresslevel=9) as fh:
+            fh.write(json.dumps(store.canonical_dump(), indent=1, sort_keys=True, default=str))
+    except KeyboardInterrupt:
+        print("stopped at the time limit: exporting what was measured", flush=True)
+        result["interrupted"] = True
+        rc = 3
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if gate is not None:
+            gate.close()
+        n = store.export_evaluations(ns.out / f"{STEM}.jsonl.gz")
+        store.close()
+        db.unlink(missing_ok=True)
+        result["exported_evaluations"] = n
+        (ns.out / f"{STEM}.json").write_text(json.dumps(result, indent=1, default=str))
+        print(f"exported {n} evaluations to {ns.out}", flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
