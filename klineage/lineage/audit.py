@@ -31,10 +31,12 @@ from klineage.mechanisms.base import Feature
 
 # Mechanisms that enter a kernel together in one step by the granularity rules: a software pipeline
 # is its asynchronous copies and the ring of stage buffers they fill (neither is written without the
-# other). A versions step declaring one may add the other.
+# other); a row held in registers is a fixed per-thread count of elements (a compile-time array
+# length), which the coarsening detector reads. A versions step declaring one may add the other.
 COMPANIONS: dict[str, frozenset[str]] = {
     "async_copy": frozenset({"multistage_buffer"}),
     "multistage_buffer": frozenset({"async_copy"}),
+    "register_cache": frozenset({"coarsening"}),
 }
 
 
@@ -201,8 +203,10 @@ def _version_verdict(before: list[Feature], after: list[Feature], mechanism: str
         ok = not lost_forward and set(added_forward) <= covers
         expect = f"no mechanism added other than {sorted(covers)}, which covers {mechanism}"
     else:
-        ok = not lost_forward and not added_forward
-        expect = f"no detected mechanism added ({mechanism} is structural, not seen by detectors)"
+        companions = COMPANIONS.get(mechanism, frozenset())
+        ok = not lost_forward and set(added_forward) <= companions
+        expect = f"no detected mechanism added ({mechanism} is structural, not seen by detectors)" + (
+            f" but its companions {sorted(companions)}" if companions else "")
     why = "" if ok else (f"{expect}; forward the step adds {added_forward or 'nothing'}"
                          + (f" and loses {lost_forward}" if lost_forward else ""))
     return {"ok": ok, "kind": "versions", "added_forward": added_forward, "lost_forward": lost_forward,
