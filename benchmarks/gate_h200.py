@@ -60,12 +60,23 @@ def header(path: Path) -> dict:
     return {k: v.strip() for k, v in HEADER.findall(path.read_text())}
 
 
-def outcome_met(got: dict, want: str | None) -> bool:
-    """Whether a recorded outcome ({"status", "error_kind"}) is the header's `STATUS [error_kind]`."""
+# Guard-off outcomes a race decides besides the header's: the detached host thread of host_thread.cu
+# launches its kernel about 1 ms after the entry returned, so the check reads the unwritten output
+# (INCORRECT), or the late launch writes into buffers the harness has freed or reused (an illegal
+# address). Either way the kernel fails the gate; which one is timing.
+RACED = {"host_thread.cu": ("RUNTIME_ERROR cuda_error",)}
+
+
+def outcome_met(got: dict, want: str | None, raced: tuple[str, ...] = ()) -> bool:
+    """Whether a recorded outcome ({"status", "error_kind"}) is the header's `STATUS [error_kind]` (or
+    one of `raced`, the outcomes a race may give instead)."""
     if not want:
         return False
-    status, _, kind = want.partition(" ")
-    return got.get("status") == status and (not kind or got.get("error_kind") == kind.strip())
+    for w in (want, *raced):
+        status, _, kind = w.partition(" ")
+        if got.get("status") == status and (not kind or got.get("error_kind") == kind.strip()):
+            return True
+    return False
 
 
 _LOG: list = []  # the open log file under --out, once main() has made it
@@ -240,7 +251,7 @@ def main() -> int:
                 entry[label] = {"harness_error": traceback.format_exc()[-800:]}
             entry[label]["worker_alive_after"] = worker.alive()
         entry["expect_met"] = outcome_met(entry["guarded"], h.get("expect")) and \
-            outcome_met(entry["unguarded"], h.get("dynamic"))
+            outcome_met(entry["unguarded"], h.get("dynamic"), RACED.get(p.name, ()))
         log(f"gallery {p.name}: guarded {entry['guarded'].get('status')} unguarded {entry['unguarded'].get('status')}"
             f" ({entry['unguarded'].get('error_kind')})")
         report["gallery"].append(entry)

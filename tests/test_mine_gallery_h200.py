@@ -43,7 +43,7 @@ def _replay(tmp_path, monkeypatch) -> None:
     assert mine["lineages"] == device["lineages"]
     assert mine["skills"] == device["skills"]
     recorded = json.loads((RECORDS / "mine_gallery_h200.json").read_text())
-    assert not recorded.get("interrupted") and "H200" in (recorded.get("env") or {}).get("gpu", "")
+    assert not recorded.get("interrupted") and (recorded.get("env") or {}).get("gpu", "").startswith(("NVIDIA H200", "NVIDIA H100"))
 
 
 def _plan(tmp_path) -> None:

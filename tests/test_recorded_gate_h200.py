@@ -101,8 +101,10 @@ def gallery_faults():
     return json.loads(GALLERY_FAULTS.read_text())
 
 
-def test_gallery_faults_recorded_on_the_h200(gallery_faults):
-    assert gallery_faults["environment"]["gpu"] == "NVIDIA H200"
+def test_gallery_faults_recorded_on_a_hopper_gpu(gallery_faults):
+    # the outcomes are the gate's defences, not speeds: any sm_90 part (H100 or H200) records them
+    env = gallery_faults["environment"]
+    assert env["capability"] == "9.0" and env["gpu"].startswith(("NVIDIA H200", "NVIDIA H100")), env["gpu"]
     assert gallery_faults["after_faults"]["status"] == "PASSED"  # the run went on after every fault
 
 
@@ -137,7 +139,8 @@ def test_every_gallery_kernel_has_its_header_outcomes_on_the_h200(gallery_faults
     """Guarded: the header's `expect`; guard off: its `dynamic` (status and the defence's error kind)."""
     e, h = _recorded(gallery_faults, "gallery", path), gate_h200.header(path)
     assert gate_h200.outcome_met(e["guarded"], h["expect"]), (h["expect"], e["guarded"])
-    assert gate_h200.outcome_met(e["unguarded"], h["dynamic"]), (h["dynamic"], e["unguarded"])
+    assert gate_h200.outcome_met(e["unguarded"], h["dynamic"], gate_h200.RACED.get(path.name, ())), (
+        h["dynamic"], e["unguarded"])
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "tests" / "faults").glob("*.cu")), ids=lambda p: p.name)
