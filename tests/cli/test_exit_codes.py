@@ -39,6 +39,14 @@ def env(tmp_path_factory):
                                                       "def reference(inputs, shape):\n    raise ValueError('broken')\n"))
     out = tmp / "existing.jsonl"
     out.write_text("{}\n")
+    # the apply demo with its records (replays) and with one timing setting off them (nothing recorded)
+    demo = (ROOT / "pipelines" / "apply_gelu.toml").read_text()
+    demo = demo.replace('out = "out/apply_gelu"', f'out = "{tmp / "apply_gelu"}"')
+    for rel in ('"benchmarks/', '"apply_workloads/'):  # the paths a configuration names are its folder's
+        demo = demo.replace(rel, f'"{ROOT}/{rel[1:]}')
+    (tmp / "gelu.toml").write_text(demo)
+    assert "reps = 25" in demo
+    (tmp / "gelu_unrecorded.toml").write_text(demo.replace("reps = 25", "reps = 26"))
     return {"lib": str(lib), "tmp": tmp, "broken": str(broken), "bad_ref": str(bad_ref), "existing": str(out)}
 
 
@@ -66,13 +74,16 @@ CASES = [
     ("apply", ["--workload", str(GELU), "--start", str(GELU / "naive.cu"), "--db", "{lib}", "--dry-run"], ExitCode.OK),
     ("apply list", ["--db", "{lib}"], ExitCode.OK),
     ("apply show", ["nope", "--db", "{lib}"], ExitCode.BAD_INPUT),
-    ("run", [str(ROOT / "pipelines" / "apply_gelu.toml"), "--db", "{lib}", "--replay"], ExitCode.MISSING),
+    ("run", ["{tmp}/gelu.toml", "--db", "{lib}", "--replay"], ExitCode.OK),
+    ("run", ["{tmp}/gelu_unrecorded.toml", "--db", "{lib}", "--replay"], ExitCode.MISSING),
     ("run", ["{existing}", "--db", "{lib}"], ExitCode.BAD_INPUT),
     ("heldout", ["--config", str(ROOT / "pipelines" / "mine.toml"), "--db", "{lib}"], ExitCode.BAD_INPUT),
     ("report", ["--db", "{tmp}/empty.duckdb", "--out", "{tmp}/site"], ExitCode.BAD_INPUT),
     ("baseline run", ["--method", "none", "--workload", str(GELU), "--start", str(GELU / "naive.cu")], ExitCode.BAD_INPUT),
     ("lineage list", ["--db", "{lib}"], ExitCode.OK),
     ("lineage show", ["nope", "--db", "{lib}"], ExitCode.BAD_INPUT),
+    ("features", [str(ROW_SUM / "expert.cu"), "--source-only"], ExitCode.OK),
+    ("features", ["{tmp}/no_such_kernel.cu"], ExitCode.BAD_INPUT),
     ("skills list", ["--db", "{lib}"], ExitCode.OK),
     ("skills show", ["wgmma", "--db", "{lib}"], ExitCode.OK),
     ("skills show", ["vector", "--db", "{lib}"], ExitCode.BAD_INPUT),
@@ -82,7 +93,7 @@ CASES = [
 ]
 # cases that build with nvcc (skipped where it is missing)
 NEEDS_NVCC = {("apply", ExitCode.FAILED), ("apply", ExitCode.MISSING), ("mine", ExitCode.MISSING),
-              ("gate", ExitCode.VERDICT)}
+              ("gate", ExitCode.VERDICT), ("run", ExitCode.OK), ("run", ExitCode.MISSING)}
 
 
 def _fill(args: list[str], env: dict) -> list[str]:
