@@ -9,30 +9,28 @@ and parameters, so the report can show the query as the proof, not only its verd
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from klineage.store.base import Repository, dumps as _dumps, now as _now
 
 _RESULT_COLUMNS = ("run_id", "instance", "condition", "family", "status", "speedup", "ci_low", "ci_high",
                    "latency_us", "reference_us", "kernel_hash", "record_json")
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True)
 
 
 def _in(values: list) -> str:
     return "(" + ", ".join("?" * len(values)) + ")"
 
 
-class HeldoutMixin:
-    """Methods of klineage.store.db.Store for held-out runs (uses _write, _query)."""
+class HeldoutRepository(Repository):
+    """Held-out runs and their rows, and the memorization audit's queries."""
+
+    PUBLIC = ("put_heldout_run", "heldout_runs", "get_heldout_run", "latest_heldout_report", "put_heldout_result",
+              "heldout_results", "library_overlap", "lineage_cases", "skill_source_workloads")
 
     # -- runs and results ----------------------------------------------------------------------------
 
     def put_heldout_run(self, run: dict) -> None:
         """Insert or rewrite a run row ({run_id, root, config, status, report?}); the first start
         time is kept across rewrites (a resumed run is the same run)."""
-        from klineage.store.db import _now
-
         def go(con):
             old = con.execute("SELECT started_at FROM heldout_runs WHERE run_id = ?", [run["run_id"]]).fetchone()
             con.execute("DELETE FROM heldout_runs WHERE run_id = ?", [run["run_id"]])
