@@ -8,7 +8,8 @@ checked in beside it (skill_card.schema.json; ``python -m klineage.records.schem
 from klineage.records.base import to_json, to_plain
 from klineage.records.evaluation import EvaluationRecord, EvaluationResult, Status
 from klineage.records.lineage import LineageRecord, Rejection, Transition
+from klineage.records.runs import ApplyStep, HeldoutRow
 from klineage.records.skill_card import SkillCard, SkillRow
 
-__all__ = ["EvaluationRecord", "EvaluationResult", "LineageRecord", "Rejection", "SkillCard", "SkillRow", "Status",
+__all__ = ["ApplyStep", "EvaluationRecord", "EvaluationResult", "HeldoutRow", "LineageRecord", "Rejection", "SkillCard", "SkillRow", "Status",
            "Transition", "to_json", "to_plain"]

@@ -10,6 +10,8 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from klineage.errors import StoreError
 
 
@@ -42,6 +44,16 @@ def parse_time(value: Any) -> datetime:
     if dt.tzinfo is not None:
         dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
     return dt
+
+
+def checked(model: type[BaseModel], data: Any, what: str) -> BaseModel:
+    """`data` as a `model` record, or StoreError naming the first thing wrong (nothing written)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(map(str, err["loc"])) or "the record"
+        raise StoreError(f"{what}: {where}: {err['msg']}: fix the record (nothing was written)") from None
 
 
 def format_time(dt: datetime | None) -> str | None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 
-from klineage.store.base import Repository, dumps as _dumps, now as _now
+from klineage.records import HeldoutRow, to_json
+from klineage.store.base import Repository, checked, dumps as _dumps, now as _now
 
 _RESULT_COLUMNS = ("run_id", "instance", "condition", "family", "status", "speedup", "ci_low", "ci_high",
                    "latency_us", "reference_us", "kernel_hash", "record_json")
@@ -67,15 +68,16 @@ class HeldoutRepository(Repository):
 
     def put_heldout_result(self, run_id: str, row: dict) -> None:
         """Insert or rewrite one (instance, condition) row; `row` is the record kept as JSON, its
-        headline fields copied into columns."""
+        headline fields (klineage.records.HeldoutRow) copied into columns."""
+        rec = checked(HeldoutRow, row, f"held-out run {run_id} row")
+
         def go(con):
             con.execute("DELETE FROM heldout_results WHERE run_id = ? AND instance = ? AND condition = ?",
-                        [run_id, row["instance"], row["condition"]])
-            ci = row.get("ci95") or [None, None]
+                        [run_id, rec.instance, rec.condition])
+            ci = rec.ci95 or [None, None]
             con.execute(f"INSERT INTO heldout_results VALUES ({', '.join('?' * len(_RESULT_COLUMNS))})",
-                        [run_id, row["instance"], row["condition"], row["family"], row["status"], row.get("speedup"),
-                         ci[0], ci[1], row.get("latency_us"), row.get("reference_us"), row.get("kernel_hash"),
-                         _dumps(row)])
+                        [run_id, rec.instance, rec.condition, rec.family, rec.status, rec.speedup,
+                         ci[0], ci[1], rec.latency_us, rec.reference_us, rec.kernel_hash, to_json(row)])
         self._write(go)
 
     def heldout_results(self, run_id: str) -> list[dict]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from klineage.records import SkillCard, to_json, to_plain
-from klineage.store.base import Repository, dumps as _dumps, now as _now
+from klineage.records import ApplyStep, SkillCard, to_json, to_plain
+from klineage.store.base import Repository, checked, dumps as _dumps, now as _now
 
 
 class LibraryRepository(Repository):
@@ -161,11 +161,14 @@ class ApplyRepository(Repository):
         self._write(go)
 
     def put_apply_step(self, run_id: str, step: dict) -> None:
+        """Insert or rewrite one step (klineage.records.ApplyStep) of a run."""
+        rec = checked(ApplyStep, step, f"apply run {run_id} step {step.get('seq') if isinstance(step, dict) else ''}")
+
         def go(con):
-            con.execute("DELETE FROM apply_steps WHERE run_id = ? AND seq = ?", [run_id, step["seq"]])
+            con.execute("DELETE FROM apply_steps WHERE run_id = ? AND seq = ?", [run_id, rec.seq])
             con.execute("INSERT INTO apply_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [run_id, step["seq"], step.get("skill_id"), step["backend"], step.get("kernel_hash"),
-                         step.get("eval_key"), step["status"], bool(step["accepted"]), _dumps(step)])
+                        [run_id, rec.seq, rec.skill_id, rec.backend, rec.kernel_hash,
+                         rec.eval_key, rec.status, rec.accepted, to_json(step)])
         self._write(go)
 
     def apply_runs(self) -> list[dict]:

@@ -166,3 +166,26 @@ def test_put_skills_takes_typed_cards(card_rows, tmp_path):
             [(t,) for t in sorted(card.evidence)]
     finally:
         store.close()
+
+
+def test_a_malformed_apply_step_or_heldout_row_is_one_clear_line_and_nothing_written(tmp_path):
+    from klineage.errors import StoreError
+    store = open_store(tmp_path / "runs.duckdb")
+    try:
+        store.put_apply_step("r1", {"seq": 0, "kind": "start", "backend": "start", "status": "PASSED",
+                                    "accepted": True, "extra": [1, 2]})
+        assert store.apply_steps("r1") == [{"seq": 0, "kind": "start", "backend": "start", "status": "PASSED",
+                                            "accepted": True, "extra": [1, 2]}]
+        with pytest.raises(StoreError, match=r"apply run r1 step 1: backend: Field required: fix the record"):
+            store.put_apply_step("r1", {"seq": 1, "kind": "candidate", "status": "PASSED", "accepted": False})
+        row = {"instance": "a", "condition": "skills", "family": "gemm", "status": "PASSED", "speedup": 1.5,
+               "ci95": [1.25, 1.75], "note": "kept as given"}
+        store.put_heldout_result("h1", row)
+        assert store.heldout_results("h1") == [row]
+        assert store._query("SELECT speedup, ci_low, ci_high FROM heldout_results") == [(1.5, 1.25, 1.75)]
+        with pytest.raises(StoreError, match=r"held-out run h1 row: ci95: "):
+            store.put_heldout_result("h1", dict(row, instance="b", ci95=[1.0]))
+        assert store._query("SELECT count(*) FROM apply_steps")[0][0] == 1
+        assert store._query("SELECT count(*) FROM heldout_results")[0][0] == 1
+    finally:
+        store.close()
