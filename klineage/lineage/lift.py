@@ -126,8 +126,11 @@ def _feature_pairs(features: list[dict]) -> set[tuple[str, str]]:
     return {(f["anchor"], f["mechanism"]) for f in features}
 
 
-def check_contract(card: SkillCard, transitions: list[dict]) -> None:
-    """Raise ValueError when provides/requires/conflicts contradict the evidence."""
+def check_contract(card: SkillCard | dict, transitions: list[dict]) -> None:
+    """Raise ValueError when provides/requires/conflicts contradict the evidence (`card`: a
+    SkillCard, or a stored card, validated as one first)."""
+    if not isinstance(card, SkillCard):
+        card = SkillCard.model_validate(card)
     prov = {tuple(p) for p in card.provides}
     req = {tuple(r) for r in card.requires}
     conf = {tuple(c) for c in card.conflicts}
