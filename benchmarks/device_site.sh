@@ -4,8 +4,10 @@
 #                      (one xz tarball of an installed site dir: ~38 MiB instead of ~60 MiB of wheels)
 #   .whlg/             flag-gems and what it imports (sqlalchemy, greenlet, PyYAML, packaging)
 #   .whlf/             fla-core and einops (the gdn vendor reference)
-#   .whlh/site.tar.xz  .whlx without anthropic and its dependencies (~34 MiB): the held-out run needs no
-#                      SDK without a key, and .whlx + .whlg + the repository pass the 64 MiB carry limit
+#   .whlh/site.tar.xz  .whlx without anthropic and its dependencies but pydantic (~34 MiB): the held-out run
+#                      needs no SDK without a key, and .whlx + .whlg + the repository pass the 64 MiB carry
+#                      limit; pydantic (with pydantic_core, annotated_types, typing_inspection) stays:
+#                      klineage.records, which the store and the gate import, is built on it
 # On the device:
 #   python3 -c "import tarfile; tarfile.open('.whlx/site.tar.xz').extractall('/tmp')"
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whlg/*.whl .whlf/*.whl
@@ -43,8 +45,8 @@ for w in "${want[@]}"; do
       [ -f .whlx/site.tar.xz ] || "$0" x
       rm -rf /tmp/site_slim && mkdir -p /tmp/site_slim .whlh
       tar -xJf .whlx/site.tar.xz -C /tmp/site_slim
-      (cd /tmp/site_slim/site && rm -rf anthropic* pydantic* anyio* httpx* httpcore* h11* jiter* opentelemetry* \
-        docstring_parser* truststore* idna* sniffio* annotated_types* typing_inspection* pygments* distro* certifi*)
+      (cd /tmp/site_slim/site && rm -rf anthropic* anyio* httpx* httpcore* h11* jiter* opentelemetry* \
+        docstring_parser* truststore* idna* sniffio* pygments* distro* certifi*)
       (cd /tmp/site_slim && tar -cJf - site) > .whlh/site.tar.xz
       ;;
     f)

@@ -9,7 +9,6 @@ measurement of the same request on any GPU.
 from __future__ import annotations
 
 import contextlib
-import enum
 import hashlib
 import json
 import re
@@ -19,6 +18,7 @@ from pathlib import Path
 from klineage.errors import NoDeviceError, ReplayMissingError
 from klineage.gate.compile import DEFAULT_ARCH, CompileResult, compile_kernel, nvcc_version
 from klineage.gate.guard import check_source
+from klineage.records.evaluation import Status  # noqa: F401  (gate.Status: its importers)
 from klineage.workload import Workload
 
 GATE_VERSION = "1"
@@ -26,13 +26,6 @@ DEFAULT_SEEDS = (1, 2, 3)
 DEFAULT_TIMING = {"warmup": 10, "reps": 50, "trials": 3, "floor_factor": 0.9}
 
 
-class Status(str, enum.Enum):
-    COMPILE_ERROR = "COMPILE_ERROR"
-    GUARD_REJECTED = "GUARD_REJECTED"
-    RUNTIME_ERROR = "RUNTIME_ERROR"
-    TIMEOUT = "TIMEOUT"
-    INCORRECT = "INCORRECT"
-    PASSED = "PASSED"
 
 
 @dataclass

@@ -20,8 +20,11 @@ from typing import Callable
 import jinja2
 
 from klineage.mechanisms import registry
+from klineage.records import to_plain
+from klineage.records.skill_card import CATEGORIES
+from klineage.records.skill_card import (Admission, AdmissionTrial, Anchor, Carrier, Effects, Probing, Rederivation,
+                                         Risk, Scope, SkillCard)
 
-CATEGORIES = ("data_types", "layout", "storage", "pipeline", "hardware")
 LANGUAGE = "CUDA C++"
 # Mechanisms that address the same cost in incompatible ways: applying one where the other is
 # present is redundant (both fix shared-memory bank conflicts).
@@ -123,11 +126,14 @@ def _feature_pairs(features: list[dict]) -> set[tuple[str, str]]:
     return {(f["anchor"], f["mechanism"]) for f in features}
 
 
-def check_contract(card: dict, transitions: list[dict]) -> None:
-    """Raise ValueError when provides/requires/conflicts contradict the evidence."""
-    prov = {tuple(p) for p in card["provides"]}
-    req = {tuple(r) for r in card["requires"]}
-    conf = {tuple(c) for c in card["conflicts"]}
+def check_contract(card: SkillCard | dict, transitions: list[dict]) -> None:
+    """Raise ValueError when provides/requires/conflicts contradict the evidence (`card`: a
+    SkillCard, or a stored card, validated as one first)."""
+    if not isinstance(card, SkillCard):
+        card = SkillCard.model_validate(card)
+    prov = {tuple(p) for p in card.provides}
+    req = {tuple(r) for r in card.requires}
+    conf = {tuple(c) for c in card.conflicts}
     for t in transitions:
         before = _feature_pairs(t["features_simpler"])
         after = _feature_pairs(t["features_richer"])
@@ -135,11 +141,11 @@ def check_contract(card: dict, transitions: list[dict]) -> None:
         if t["declared"] and not added:
             added = {(t["anchor"], t["mechanism"])}
         if not prov <= added | {(t["anchor"], t["mechanism"])}:
-            raise ValueError(f"skill {card['name']}: provides {sorted(prov)} not added by transition {t['transition_id']}")
+            raise ValueError(f"skill {card.name}: provides {sorted(prov)} not added by transition {t['transition_id']}")
         if not req <= before:
-            raise ValueError(f"skill {card['name']}: requires {sorted(req - before)} absent before {t['transition_id']}")
+            raise ValueError(f"skill {card.name}: requires {sorted(req - before)} absent before {t['transition_id']}")
         if conf & (before | after):
-            raise ValueError(f"skill {card['name']}: conflicts {sorted(conf)} present in {t['transition_id']}")
+            raise ValueError(f"skill {card.name}: conflicts {sorted(conf)} present in {t['transition_id']}")
 
 
 def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[str], str | None],
@@ -244,52 +250,55 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
         paths = sorted({f.get("path") or f["locus"] for t in ts for f in t["features_richer"]
                         if f["mechanism"] == mech_name and f["locus"] == t["locus"]}) or [
             f"{t['workload_name']}: {t['locus']}" for t in ts]
-        card = {
-            "skill_id": skill_id, "name": name, "mechanism": mech_name,
-            "anchor": {"signature": anchor, "query": ANCHOR_QUERIES.get(mech_name, "(declared by the version ladder)"),
-                       "paths": paths},
-            "carrier": {"before": carrier_before, "after": carrier_after,
-                        "forward_rewrite": (f"klineage.mechanisms.{mech_name}: reoptimize" if not first["declared"]
-                                            else f"ladder step {first['config'].get('previous')} -> {first['config'].get('version')}"),
-                        "example_configuration": examples,
-                        "measured_configuration": measured_cfg,
-                        "diff": _diff(simpler_src, richer_src) if simpler_src and richer_src else ""},
-            "preconditions": pre,
-            "effects": {"median_speedup": med, "spread": spread, "case_range": case_range, "per_case": per_case},
-            "evidence": [t["transition_id"] for t in ts],
-            "evaluations": sorted({k for t in ts for k in (t["eval_richer"], t["eval_simpler"], t["eval_rederived"])}),
-            "risks": risks,
-            "risks_empty_reason": "" if risks else (
+        example_text = ", ".join(f"{k}={v}" for k, v in list(examples[0].items())[:3]) if examples else ""
+        intent = render("intent.j2", description=description[:1].upper() + description[1:], anchor=anchor,
+                        examples=example_text, claim=effect_claim(med),
+                        cases=", ".join(cases), median=med, n=len(ts), spread=spread, case_range=case_range,
+                        platforms=", ".join(platforms) or "no measured platform").strip()
+        card = SkillCard(
+            skill_id=skill_id, name=name, mechanism=mech_name,
+            anchor=Anchor(signature=anchor, query=ANCHOR_QUERIES.get(mech_name, "(declared by the version ladder)"),
+                          paths=paths),
+            carrier=Carrier(before=carrier_before, after=carrier_after,
+                            forward_rewrite=(f"klineage.mechanisms.{mech_name}: reoptimize" if not first["declared"]
+                                             else f"ladder step {first['config'].get('previous')} -> "
+                                                  f"{first['config'].get('version')}"),
+                            example_configuration=examples,
+                            measured_configuration=measured_cfg,
+                            diff=_diff(simpler_src, richer_src) if simpler_src and richer_src else ""),
+            preconditions=pre,
+            effects=Effects(median_speedup=med, spread=spread, case_range=case_range, per_case=per_case),
+            evidence=[t["transition_id"] for t in ts],
+            evaluations=sorted({k for t in ts for k in (t["eval_richer"], t["eval_simpler"], t["eval_rederived"])}),
+            risks=risks,
+            risks_empty_reason="" if risks else (
                 f"no rejected attempt of this mechanism is on record and {probe_summary(probes_tried)}" if probed
                 else "no rejected attempt of this mechanism is on record; its kernels were not probed"),
-            "probing": {"probed": probed, "tried": probes_tried,
-                        "violating": sorted({r["probe"] for r in probe_risks}),
-                        "summary": (probe_summary(probes_tried) if probed and not probe_risks else
-                                    f"{len({r['probe'] for r in probe_risks})} probe(s) violate it" if probe_risks
-                                    else "not probed")},
-            "scope": {"cases": cases, "languages": [LANGUAGE], "platforms": platforms, "prior_mechanisms": prior,
-                      "measured_platforms": platforms,
-                      "compile_checked": {a: ("compiles" if ok else "fails") for a, ok in sorted(compile_checked.items())}},
-            "provides": [list(p) for p in provides], "requires": [list(r) for r in requires],
-            "conflicts": [list(c) for c in conflicts],
-            "verification": [{"transition_id": t["transition_id"], "identical": t["rederived_identical"],
-                              "rederived_hash": t["rederived_hash"], "eval_rederived": t["eval_rederived"],
-                              "ratios": [r for tr in t["rederive_trials"] for r in tr["speed_ratios"]],
-                              "ok": all(tr["ok"] for tr in t["rederive_trials"])} for t in ts],
-            "source_lineages": sorted({t["lineage_id"] for t in ts}),
-        }
-        example_text = ", ".join(f"{k}={v}" for k, v in list(examples[0].items())[:3]) if examples else ""
-        card["intent"] = render("intent.j2", description=description[:1].upper() + description[1:], anchor=anchor, examples=example_text,
-                                claim=effect_claim(med),
-                                cases=", ".join(cases), median=med, n=len(ts), spread=spread, case_range=case_range,
-                                platforms=", ".join(platforms) or "no measured platform").strip()
+            probing=Probing(probed=probed, tried=probes_tried,
+                            violating=sorted({r["probe"] for r in probe_risks}),
+                            summary=(probe_summary(probes_tried) if probed and not probe_risks else
+                                     f"{len({r['probe'] for r in probe_risks})} probe(s) violate it" if probe_risks
+                                     else "not probed")),
+            scope=Scope(cases=cases, languages=[LANGUAGE], platforms=platforms, prior_mechanisms=prior,
+                        measured_platforms=platforms,
+                        compile_checked={a: ("compiles" if ok else "fails") for a, ok in sorted(compile_checked.items())}),
+            provides=[list(p) for p in provides], requires=[list(r) for r in requires],
+            conflicts=[list(c) for c in conflicts],
+            verification=[Rederivation(transition_id=t["transition_id"], identical=t["rederived_identical"],
+                                       rederived_hash=t["rederived_hash"], eval_rederived=t["eval_rederived"],
+                                       ratios=[r for tr in t["rederive_trials"] for r in tr["speed_ratios"]],
+                                       ok=all(tr["ok"] for tr in t["rederive_trials"])) for t in ts],
+            source_lineages=sorted({t["lineage_id"] for t in ts}),
+            intent=intent,
+            admission=Admission(status="not_run", trials=[], reason="admission was not run for this library"),
+        )
         check_contract(card, ts)
-        card["admission"] = {"status": "not_run", "trials": [], "reason": "admission was not run for this library"}
         adm = (analysis.admission.get(skill_id) if analysis is not None else None)
         if adm is not None:
             apply_admission(card, adm)
-        skills.append({"skill_id": skill_id, "name": name, "mechanism": mech_name, "card": card,
-                       "card_md": render("card.md.j2", card=card)})
+        plain = to_plain(card)
+        skills.append({"skill_id": skill_id, "name": name, "mechanism": mech_name, "card": plain,
+                       "card_md": render("card.md.j2", card=plain)})
     return sorted(skills, key=lambda s: s["name"])
 
 
@@ -308,17 +317,18 @@ def measured_configuration(ts: list[dict], source_of: Callable[[str], str | None
     return out
 
 
-def apply_admission(card: dict, verdict: dict) -> None:
+def apply_admission(card: SkillCard, verdict: dict) -> None:
     """Put an admission verdict into a card: its status, its trials in the verification log, the
     failures it met as risks."""
-    card["admission"] = {"status": verdict["status"], "reason": verdict["reason"], "trials": verdict["trials"]}
+    admission = Admission(status=verdict["status"], reason=verdict["reason"], trials=verdict["trials"])
     if verdict.get("claim"):
-        card["admission"]["claim"] = verdict["claim"]
-    card["verification"] = [v for v in card["verification"] if v.get("kind") != "admission"] + [
-        dict(t, kind="admission") for t in verdict["trials"]]
+        admission.claim = verdict["claim"]
+    card.admission = admission
+    card.verification = [v for v in card.verification if getattr(v, "kind", None) != "admission"] + [
+        AdmissionTrial(**{**t, "kind": "admission"}) for t in verdict["trials"]]
     if verdict["risks"]:
-        card["risks"] = [r for r in card["risks"] if r.get("kind") != "roundtrip"] + verdict["risks"]
-        card["risks_empty_reason"] = ""
+        card.risks = [r for r in card.risks if r.kind != "roundtrip"] + [Risk(**r) for r in verdict["risks"]]
+        card.risks_empty_reason = ""
 
 
 CLAIM_FASTER, CLAIM_SLOWER = 1.005, 0.995

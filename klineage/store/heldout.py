@@ -9,30 +9,29 @@ and parameters, so the report can show the query as the proof, not only its verd
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from klineage.records import HeldoutRow, to_json
+from klineage.store.base import Repository, checked, dumps as _dumps, now as _now
 
 _RESULT_COLUMNS = ("run_id", "instance", "condition", "family", "status", "speedup", "ci_low", "ci_high",
                    "latency_us", "reference_us", "kernel_hash", "record_json")
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True)
 
 
 def _in(values: list) -> str:
     return "(" + ", ".join("?" * len(values)) + ")"
 
 
-class HeldoutMixin:
-    """Methods of klineage.store.db.Store for held-out runs (uses _write, _query)."""
+class HeldoutRepository(Repository):
+    """Held-out runs and their rows, and the memorization audit's queries."""
+
+    PUBLIC = ("put_heldout_run", "heldout_runs", "get_heldout_run", "latest_heldout_report", "put_heldout_result",
+              "heldout_results", "library_overlap", "lineage_cases", "skill_source_workloads")
 
     # -- runs and results ----------------------------------------------------------------------------
 
     def put_heldout_run(self, run: dict) -> None:
         """Insert or rewrite a run row ({run_id, root, config, status, report?}); the first start
         time is kept across rewrites (a resumed run is the same run)."""
-        from klineage.store.db import _now
-
         def go(con):
             old = con.execute("SELECT started_at FROM heldout_runs WHERE run_id = ?", [run["run_id"]]).fetchone()
             con.execute("DELETE FROM heldout_runs WHERE run_id = ?", [run["run_id"]])
@@ -69,15 +68,16 @@ class HeldoutMixin:
 
     def put_heldout_result(self, run_id: str, row: dict) -> None:
         """Insert or rewrite one (instance, condition) row; `row` is the record kept as JSON, its
-        headline fields copied into columns."""
+        headline fields (klineage.records.HeldoutRow) copied into columns."""
+        rec = checked(HeldoutRow, row, f"held-out run {run_id} row")
+
         def go(con):
             con.execute("DELETE FROM heldout_results WHERE run_id = ? AND instance = ? AND condition = ?",
-                        [run_id, row["instance"], row["condition"]])
-            ci = row.get("ci95") or [None, None]
+                        [run_id, rec.instance, rec.condition])
+            ci = rec.ci95 or [None, None]
             con.execute(f"INSERT INTO heldout_results VALUES ({', '.join('?' * len(_RESULT_COLUMNS))})",
-                        [run_id, row["instance"], row["condition"], row["family"], row["status"], row.get("speedup"),
-                         ci[0], ci[1], row.get("latency_us"), row.get("reference_us"), row.get("kernel_hash"),
-                         _dumps(row)])
+                        [run_id, rec.instance, rec.condition, rec.family, rec.status, rec.speedup,
+                         ci[0], ci[1], rec.latency_us, rec.reference_us, rec.kernel_hash, to_json(row)])
         self._write(go)
 
     def heldout_results(self, run_id: str) -> list[dict]:

@@ -9,15 +9,18 @@ re-derived kernel), every rejection the evaluation that rejected it where one ex
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from klineage.records import ApplyStep, SkillCard, to_json, to_plain
+from klineage.store.base import Repository, checked, dumps as _dumps, now as _now
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True)
+class LibraryRepository(Repository):
+    """The mining tables: lineages (with states, transitions, rejections) and the skills lifted
+    from them. A skill's card is written as ``klineage.records.to_json(card)`` (a SkillCard or its
+    plain form) and read back as the plain card; ``cards()`` reads them as SkillCard records."""
 
-
-class LibraryMixin:
-    """Methods of klineage.store.db.Store for the mining tables (uses _write, _query, _now)."""
+    PUBLIC = ("put_lineage", "lineages", "get_lineage", "transitions", "rejections", "put_skills", "skills",
+              "get_skill", "canonical_dump", "library_hash", "replace_library")
 
     def put_lineage(self, lin: dict) -> None:
         lid = lin["lineage_id"]
@@ -71,6 +74,11 @@ class LibraryMixin:
             _insert_skills(con, skills)
         self._write(go)
 
+    def cards(self) -> list[SkillCard]:
+        """Every skill card as a validated record, in the order of skills()."""
+        return [SkillCard.model_validate_json(c) for (c,) in self._query(
+            "SELECT card_json FROM skills ORDER BY name, skill_id")]
+
     def skills(self) -> list[dict]:
         return [{"skill_id": i, "name": n, "mechanism": m, "card": json.loads(c), "card_md": md}
                 for i, n, m, c, md in self._query(
@@ -108,7 +116,6 @@ def dump_hash(dump: dict) -> str:
 
 
 def _insert_lineage(con, lin: dict) -> None:
-    from klineage.store.db import _now
     lid = lin["lineage_id"]
     con.execute("INSERT INTO lineages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [lid, lin["workload_name"], lin["workload_hash"], lin["proposer"], lin["start_hash"],
@@ -130,20 +137,21 @@ def _insert_lineage(con, lin: dict) -> None:
 
 def _insert_skills(con, skills: list[dict]) -> None:
     for s in skills:
+        card = to_plain(s["card"])
         con.execute("INSERT INTO skills VALUES (?, ?, ?, ?, ?)",
-                    [s["skill_id"], s["name"], s["mechanism"], _dumps(s["card"]), s["card_md"]])
-        for tid in s["card"]["evidence"]:
+                    [s["skill_id"], s["name"], s["mechanism"], to_json(card), s["card_md"]])
+        for tid in card["evidence"]:
             con.execute("INSERT INTO skill_evidence VALUES (?, ?)", [s["skill_id"], tid])
 
 
-class ApplyMixin:
-    """Methods of klineage.store.db.Store for apply runs: one row per run, one per step. A step is
-    written when it is decided (its evaluation is already stored), so a run cut off mid-way keeps
-    every decided step; the run row is rewritten with its stop reason at the end."""
+class ApplyRepository(Repository):
+    """Apply runs: one row per run, one per step. A step is written when it is decided (its
+    evaluation is already stored), so a run cut off mid-way keeps every decided step; the run row
+    is rewritten with its stop reason at the end."""
+
+    PUBLIC = ("put_apply_run", "put_apply_step", "apply_runs", "get_apply_run", "apply_steps")
 
     def put_apply_run(self, run: dict) -> None:
-        from klineage.store.db import _now
-
         def go(con):
             con.execute("DELETE FROM apply_runs WHERE run_id = ?", [run["run_id"]])
             con.execute("INSERT INTO apply_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -153,11 +161,14 @@ class ApplyMixin:
         self._write(go)
 
     def put_apply_step(self, run_id: str, step: dict) -> None:
+        """Insert or rewrite one step (klineage.records.ApplyStep) of a run."""
+        rec = checked(ApplyStep, step, f"apply run {run_id} step {step.get('seq') if isinstance(step, dict) else ''}")
+
         def go(con):
-            con.execute("DELETE FROM apply_steps WHERE run_id = ? AND seq = ?", [run_id, step["seq"]])
+            con.execute("DELETE FROM apply_steps WHERE run_id = ? AND seq = ?", [run_id, rec.seq])
             con.execute("INSERT INTO apply_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [run_id, step["seq"], step.get("skill_id"), step["backend"], step.get("kernel_hash"),
-                         step.get("eval_key"), step["status"], bool(step["accepted"]), _dumps(step)])
+                        [run_id, rec.seq, rec.skill_id, rec.backend, rec.kernel_hash,
+                         rec.eval_key, rec.status, rec.accepted, to_json(step)])
         self._write(go)
 
     def apply_runs(self) -> list[dict]:
@@ -183,13 +194,13 @@ class ApplyMixin:
             "SELECT record_json FROM apply_steps WHERE run_id = ? ORDER BY seq", [run_id])]
 
 
-class PipelineRunsMixin:
+class PipelineRunRepository(Repository):
     """`klineage run` records each pipeline run with its configuration (text and hash): started,
     then ended with an outcome (ok / missing / failed) and the run's summary."""
 
-    def put_pipeline_run(self, run: dict) -> None:
-        from klineage.store.db import _now
+    PUBLIC = ("put_pipeline_run", "pipeline_runs")
 
+    def put_pipeline_run(self, run: dict) -> None:
         def go(con):
             con.execute("DELETE FROM pipeline_runs WHERE run_id = ?", [run["run_id"]])
             con.execute("INSERT INTO pipeline_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
