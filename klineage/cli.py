@@ -755,12 +755,9 @@ def _make_llm(mats, model, base_url, budget_usd, dry_run=False):
     raises here (MissingKeyError names the variable), before anything is stored."""
     if "llm" not in mats:
         return None
-    from klineage.apply import llm as llm_mod
-    backend = None
-    if not dry_run:
-        backend = (llm_mod.OpenAICompatBackend(base_url, model or llm_mod.DEFAULT_MODEL) if base_url
-                   else llm_mod.AnthropicBackend(model or llm_mod.DEFAULT_MODEL))
-    return llm_mod.LLMMaterializer(backend, budget_usd=budget_usd, model=model)
+    from klineage.apply.llm import LLMMaterializer
+    from klineage.llm import open_session
+    return open_session(model, base_url, budget_usd, dry_run, kind=LLMMaterializer)
 
 
 class _ApplyProgress:
@@ -1376,22 +1373,8 @@ def skills_export(db_path, fmt, out, force):
         paths = export_skill_md(skills, out)
         click.echo(f"wrote {len(paths)} skills under {out}")
     elif fmt == "parquet":
-        import duckdb
-        out.parent.mkdir(parents=True, exist_ok=True)
-        con = duckdb.connect()
-        con.execute("CREATE TABLE s (skill_id TEXT, name TEXT, mechanism TEXT, median_speedup DOUBLE, "
-                    "admission TEXT, risks INTEGER, card_json TEXT, card_md TEXT)")
-        for s in skills:
-            c = s["card"]
-            con.execute("INSERT INTO s VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        [s["skill_id"], s["name"], s["mechanism"], (c.get("effects") or {}).get("median_speedup"),
-                         (c.get("admission") or {}).get("status"), len(c.get("risks") or []),
-                         json.dumps(c, sort_keys=True), s["card_md"]])
-        tmp = out.with_name(out.name + ".tmp")
-        con.execute(f"COPY s TO '{tmp.as_posix()}' (FORMAT PARQUET)")
-        con.close()
-        tmp.replace(out)
-        click.echo(f"wrote {len(skills)} skills to {out}")
+        from klineage.store.export import write_parquet
+        click.echo(f"wrote {write_parquet(skills, out)} skills to {out}")
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "w") as f:

@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from klineage.apply.llm import BudgetExhausted, parse_kernel
+from klineage.llm import BudgetExhausted, parse_kernel
 from klineage.apply.loop import _faster, _feedback
 from klineage.apply.materialize import contract_text
 from klineage.errors import ReplayMissingError
