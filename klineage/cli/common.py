@@ -13,6 +13,19 @@ from klineage import __version__, settings
 from klineage.errors import EXIT_CODE_MEANING, ExitCode, KLineageError
 
 
+class ShippedPath(click.Path):
+    """A file path; one that is not there is looked up in the corpus (settings.repo_root(): the
+    checkout, or the corpus installed with the package), so `pipelines/mine.toml` runs from any folder."""
+
+    def __init__(self):
+        super().__init__(exists=True, dir_okay=False, path_type=Path)
+
+    def convert(self, value, param, ctx):
+        if not Path(value).exists() and (settings.repo_root() / value).is_file():
+            value = settings.repo_root() / value
+        return super().convert(value, param, ctx)
+
+
 def json_option(fn):
     """The shared --json flag: machine-readable output on stdout."""
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(fn)

@@ -4,22 +4,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from pathlib import Path
 
 import click
 
-from klineage.cli.common import (arch_option, bad_input, db_option, json_option, library_errors, main, make_llm,
-                                 open_db)
+from klineage.cli.common import (ShippedPath, arch_option, bad_input, db_option, json_option, library_errors, main,
+                                 make_llm, open_db)
 from klineage.cli.apply import execute_apply, format_apply_run
 from klineage.cli.heldout import execute_heldout
 from klineage.cli.mine import execute_mine
 from klineage.errors import ExitCode, read_source
 from klineage.report.text import format_mine_summary
-from klineage.settings import display_path
 
 
 @main.command("run")
-@click.argument("pipeline", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("pipeline", type=ShippedPath())
 @db_option(mode="rebuild")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @arch_option
@@ -29,10 +27,9 @@ from klineage.settings import display_path
 def run_cmd(pipeline, db_path, replay, arch, quiet, as_json):
     """Execute a declarative pipeline (pipelines/NAME.toml: kind = mine | apply | heldout), validated strictly,
     and record it with its configuration in the database. Exits 1 when the run failed (an apply whose
-    start kernel fails the gate), 4 when a replay lacked records."""
-    import hashlib
-    import time as _time
-
+    start kernel fails the gate), 4 when a replay lacked records. A PIPELINE that is not there is looked up
+    among the shipped ones (pipelines/NAME.toml of the corpus installed with the package)."""
+    from klineage import pipelines
     from klineage.pipelines import load_pipeline
     from klineage.workload import load_workload
 
@@ -48,33 +45,21 @@ def run_cmd(pipeline, db_path, replay, arch, quiet, as_json):
         ap = pl.run
         llm = make_llm(ap.config.materializers, ap.config.model, ap.base_url, ap.config.budget_usd)
     store = open_db(db_path)
-    rid = hashlib.sha256(f"{pl.digest}|{replay}|{_time.time_ns()}".encode()).hexdigest()[:16]
-    from datetime import datetime, timezone
-    rec = {"run_id": rid, "name": pl.name, "kind": pl.kind, "path": str(pipeline), "config_hash": pl.digest,
-           "config_text": pl.text, "replay": replay, "started_at": datetime.now(timezone.utc).replace(tzinfo=None)}
+    rec = pipelines.start_record(pl, pipeline, replay)
+    rid = rec["run_id"]
     store.put_pipeline_run(rec)
     outcome, result = "failed", None
     try:
         if pl.kind == "mine":
             result = execute_mine(pl.run, store, replay, quiet or as_json)
-            outcome = "missing" if result["missing"] else "ok"
         elif pl.kind == "heldout":
             result = execute_heldout(store, pl.run, replay, quiet or as_json)
-            outcome = "missing" if result["missing"] else "ok"
         else:
             from klineage.apply.loop import write_outputs
             from klineage.gate.gate import gate_config_for
             ap = pl.run
             if replay and ap.records:
-                from klineage.errors import ReplayMissingError
-                from klineage.store.recorded import import_paths
-                absent = [display_path(r) for r in ap.records if not Path(r).exists()]
-                if absent:
-                    raise ReplayMissingError(
-                        f"{pipeline}: apply.records {', '.join(absent)} is not there: record it by running this "
-                        "pipeline on a GPU machine without --replay and exporting the workload's evaluations "
-                        "(`klineage evals export`; benchmarks/apply_gelu_h200.sh does both for apply_gelu)")
-                import_paths(store, ap.records)
+                pipelines.import_apply_records(store, ap, pipeline)
             gcfg = gate_config_for(ap.gate)
             if arch is not None:
                 gcfg = dataclasses.replace(gcfg, arch=arch)
@@ -82,14 +67,9 @@ def run_cmd(pipeline, db_path, replay, arch, quiet, as_json):
                                     llm, replay, gcfg, quiet=quiet or as_json)
             if ap.out:
                 write_outputs(result, ap.out)
-            outcome = "failed" if result["stop_reason"] == "start_failed" else "ok"
+        outcome = pipelines.outcome(pl.kind, result)
     finally:
-        summary = None
-        if result is not None:
-            summary = ({k: v for k, v in result.items() if k not in ("lineages",)} if pl.kind == "mine"
-                       else {"heldout_run": result["run_id"], "verdict": result["summary"]["verdict"]}
-                       if pl.kind == "heldout"
-                       else {"apply_run": result["run_id"], "stop_reason": result["stop_reason"]})
+        summary = pipelines.summary(pl.kind, result)
         store.put_pipeline_run({**rec, "outcome": outcome, "summary": summary})
         store.close()
     if as_json:
