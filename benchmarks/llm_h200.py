@@ -3,7 +3,7 @@
     python benchmarks/llm_h200.py --out DIR [--workload swiglu] [--work DIR] [--replay [--import FILE.jsonl ...]]
                                   [--dry-run] [--api auto|anthropic|openai] [--no-prebuild]
 
-One scripted server on loopback (klineage/apply/scripted_server.py) answers every model call, with a
+One scripted server on loopback (tests/support/scripted_server.py) answers every model call, with a
 fake key; the commands are the real CLI, each in its own process:
 
   0. nvcc on every kernel the scripts hold, one job per core (the commands then find them built).
@@ -115,7 +115,7 @@ def resolve_rungs(rungs: list, n: int) -> list:
 
 def scripted_kernels(scripts: dict) -> list[str]:
     """Every kernel a script can send (for the parallel prebuild)."""
-    from klineage.apply.llm import ParseError, parse_kernel
+    from klineage.llm import ParseError, parse_kernel
     from klineage.lineage.llm_proposer import LLMProposalError, parse_proposal
     out = []
     for sc in scripts.values():
@@ -184,13 +184,13 @@ def _json(text: str):
 def server_accounting(server, first: int, model_prices_for: str) -> dict:
     """The calls the server answered since request index `first`: which reply each got, the usage it
     reported and what that costs at the model's prices (computed apart from the harness)."""
-    from klineage.apply.llm import Usage, _prompt_parts
+    from klineage.llm import Usage, prompt_parts
     reqs = server.requests[first:]
     notes, cost, usage = [], 0.0, {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0,
                                    "cache_read_input_tokens": 0}
     seen = {k: 0 for k in PROMPT_MARKS}
     for r in reqs:
-        system, user = _prompt_parts(r["body"]) if isinstance(r["body"], dict) else ("", "")
+        system, user = prompt_parts(r["body"]) if isinstance(r["body"], dict) else ("", "")
         for k, (where, text) in PROMPT_MARKS.items():
             seen[k] += text in (system if where == "system" else user)
         idx = r["reply"]
@@ -274,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["KLINEAGE_HOME"] = str(home)
     log = Log(ns.out / "llm_h200.log")
 
-    from klineage.apply.llm import DEFAULT_MODEL
-    from klineage.apply.scripted_server import ScriptedServer, baseline_script, mine_script
+    from klineage.llm import DEFAULT_MODEL
+    from tests.support.scripted_server import ScriptedServer, baseline_script, mine_script
     from klineage.lineage.proposers import ladder_from_folder
     from klineage.workload import load_workload
 

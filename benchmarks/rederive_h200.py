@@ -5,7 +5,7 @@ least `min_rederive_ratio` (0.99) of the richer kernel's speed in every trial. T
 proposers re-derive byte for byte (reoptimize restores the text a deoptimize recorded; a ladder's
 rung is the rung), so for them the walk compares the richer kernel's record with itself and the
 ratio is 1 by identity. Here the llm proposer walks ladders against the scripted model server
-(klineage/apply/scripted_server.py), whose forward answers are the rung re-typed the way a model
+(tests/support/scripted_server.py), whose forward answers are the rung re-typed the way a model
 returns code (re-indented, a comment of its own): the same kernel, other bytes, so the gate measures
 the re-derived kernel in an evaluation of its own and the walk's check compares two measurements.
 
@@ -88,8 +88,9 @@ def rejection_record(r: dict) -> dict:
 
 
 def walk_one(name: str, gate, replay: bool, log) -> dict:
-    from klineage.apply.llm import DEFAULT_MODEL, LLMMaterializer, OpenAICompatBackend
-    from klineage.apply.scripted_server import ScriptedServer, mine_script
+    from klineage.apply.llm import LLMMaterializer
+    from klineage.llm import DEFAULT_MODEL, OpenAICompatBackend
+    from tests.support.scripted_server import ScriptedServer, mine_script
     from klineage.lineage.proposers import make_proposer
     from klineage.lineage.walk import Limits, Walker
     from klineage.workload import load_workload
@@ -142,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     from klineage.gate.compile import compile_many
     from klineage.gate.gate import DEFAULT_TIMING, Gate, GateConfig
     from klineage.lineage.llm_proposer import parse_proposal
-    from klineage.apply.llm import parse_kernel
-    from klineage.apply.scripted_server import mine_script
+    from klineage.llm import parse_kernel
+    from tests.support.scripted_server import mine_script
     from klineage.store import open_store
 
     names = [n for n in ns.workloads.split(",") if n]

@@ -193,3 +193,49 @@ def _apply_pipeline(path: Path, raw: dict) -> ApplyPipeline:
         raise PipelineError(f"{path}: [apply]: {e}") from None
     return ApplyPipeline(wl, start, cfg, dict(gate), ap.get("base_url"), base / ap["out"] if "out" in ap else None,
                          [base / ap["records"]] if "records" in ap else [])
+
+
+# -- a run's bookkeeping: its id, its record in pipeline_runs, its outcome ------------------------------
+
+def start_record(pl: Pipeline, path: Path, replay: bool) -> dict:
+    """The pipeline_runs row of a run starting now: a fresh run id (hash of the configuration, the
+    replay flag and the clock), the configuration's text and hash."""
+    import hashlib
+    import time
+    from datetime import datetime, timezone
+    rid = hashlib.sha256(f"{pl.digest}|{replay}|{time.time_ns()}".encode()).hexdigest()[:16]
+    return {"run_id": rid, "name": pl.name, "kind": pl.kind, "path": str(path), "config_hash": pl.digest,
+            "config_text": pl.text, "replay": replay, "started_at": datetime.now(timezone.utc).replace(tzinfo=None)}
+
+
+def outcome(kind: str, result: dict) -> str:
+    """ok, missing (a replay lacked records) or failed (an apply whose start kernel failed the gate)."""
+    if kind in ("mine", "heldout"):
+        return "missing" if result["missing"] else "ok"
+    return "failed" if result["stop_reason"] == "start_failed" else "ok"
+
+
+def summary(kind: str, result: dict | None) -> dict | None:
+    """What the pipeline_runs row keeps of a run's result."""
+    if result is None:
+        return None
+    if kind == "mine":
+        return {k: v for k, v in result.items() if k not in ("lineages",)}
+    if kind == "heldout":
+        return {"heldout_run": result["run_id"], "verdict": result["summary"]["verdict"]}
+    return {"apply_run": result["run_id"], "stop_reason": result["stop_reason"]}
+
+
+def import_apply_records(store, ap: ApplyPipeline, path: Path) -> None:
+    """A replayed apply pipeline's recorded evaluations (apply.records) into `store`; a missing file is
+    a ReplayMissingError that says how to record it."""
+    from klineage.errors import ReplayMissingError
+    from klineage.settings import display_path
+    from klineage.store.recorded import import_paths
+    absent = [display_path(r) for r in ap.records if not Path(r).exists()]
+    if absent:
+        raise ReplayMissingError(
+            f"{path}: apply.records {', '.join(absent)} is not there: record it by running this "
+            "pipeline on a GPU machine without --replay and exporting the workload's evaluations "
+            "(`klineage evals export`; benchmarks/apply_gelu_h200.sh does both for apply_gelu)")
+    import_paths(store, ap.records)

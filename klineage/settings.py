@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
+
+# The corpus folders a wheel carries as package data under klineage/corpus/ (pyproject.toml maps them).
+CORPUS = ("expert_kernels", "skills_db", "pipelines", "apply_workloads", "heldout")
 
 
 def data_dir() -> Path:
@@ -19,8 +23,14 @@ def default_db() -> Path:
 
 
 def repo_root() -> Path:
-    """The source tree this package runs from (holds expert_kernels/, skills_db/)."""
-    return Path(__file__).resolve().parent.parent
+    """Where the corpus lives (expert_kernels/, skills_db/, pipelines/, apply_workloads/, heldout/):
+    $KLINEAGE_ROOT when set; else the corpus installed with the package (klineage/corpus/, in a
+    wheel); else the source checkout the package runs from."""
+    if os.environ.get("KLINEAGE_ROOT"):
+        return Path(os.environ["KLINEAGE_ROOT"]).resolve()
+    package = Path(str(resources.files("klineage"))).resolve()
+    installed = package / "corpus"
+    return installed if (installed / "skills_db").is_dir() else package.parent
 
 
 def shipped_library() -> Path:

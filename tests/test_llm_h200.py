@@ -20,8 +20,9 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from klineage.apply.llm import AnthropicBackend, LLMMaterializer
-from klineage.apply.scripted_server import ScriptedServer, baseline_script, mine_script
+from klineage.apply.llm import LLMMaterializer
+from klineage.llm import AnthropicBackend
+from tests.support.scripted_server import ScriptedServer, baseline_script, mine_script
 from klineage.gate.gate import Status, kernel_hash
 from klineage.lineage.llm_proposer import check_citations, parse_proposal
 from klineage.lineage.proposers import ladder_from_folder, make_proposer

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from klineage.apply.llm import DEFAULT_MODEL, LLMMaterializer, OpenAICompatBackend
-from klineage.apply.scripted_server import ScriptedServer, mine_script
+from klineage.apply.llm import LLMMaterializer
+from klineage.llm import DEFAULT_MODEL, OpenAICompatBackend
+from tests.support.scripted_server import ScriptedServer, mine_script
 from klineage.lineage.proposers import ladder_from_folder, make_proposer
 from klineage.lineage.walk import Limits, Walker
 from klineage.mechanisms import detect_all

@@ -23,7 +23,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from klineage.apply.llm import BudgetExhausted, parse_kernel
+from klineage import settings
+from klineage.llm import BudgetExhausted, parse_kernel
 from klineage.apply.loop import _faster, _feedback
 from klineage.apply.materialize import contract_text
 from klineage.errors import ReplayMissingError
@@ -34,7 +35,6 @@ METHODS = ("none", "adaexplore", "accelopt", "expert-source")
 RULE_MIN = 3
 MEMORY = 5
 EXPERT_CHARS = 60000  # the expert sources in one prompt, at most
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _templates():
@@ -43,7 +43,7 @@ def _templates():
 
 def expert_sources(exclude: str | None = None) -> list[dict]:
     out, used = [], 0
-    for p in sorted((ROOT / "expert_kernels").glob("*/expert.cu")):
+    for p in sorted((settings.repo_root() / "expert_kernels").glob("*/expert.cu")):
         if p.parent.name == exclude:
             continue
         src = p.read_text()

@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from klineage import settings
 from klineage.lineage.probe import KIND_TEXT
 from klineage.mechanisms import detect_all
 from klineage.workload import ALIAS_KEY, OFFSET_KEY, Workload, load_workload
@@ -183,7 +183,7 @@ def workload_facts(workload: str) -> tuple[str, tuple[str, ...]]:
     """(family, dtypes) of a corpus workload by name (expert_kernels/ or apply_workloads/), or
     ("", ()) when no such workload loads."""
     if workload not in _FACTS:
-        root = Path(__file__).resolve().parents[2]
+        root = settings.repo_root()
         facts: tuple[str, tuple[str, ...]] = ("", ())
         for d in (root / "expert_kernels" / workload, root / "apply_workloads" / workload):
             if (d / "workload.py").is_file():

@@ -176,6 +176,16 @@ def _run_nvcc(cmd: list[str], cwd: Path, timeout_s: float, memory_mb: int) -> tu
         return None, (out or b"").decode(errors="replace")
 
 
+def run_nvcc(args: list[str], cwd: Path, timeout_s: float | None = None,
+             memory_mb: int | None = None) -> tuple[int | None, str]:
+    """Run `nvcc ARGS` in `cwd` under the same limits as every build here (compile_limits(): the
+    memory cap per compiler process; the whole process group killed past the time limit).
+    (exit code, output); exit code None when it ran past `timeout_s`."""
+    default_timeout, default_memory = compile_limits()
+    return _run_nvcc(["nvcc", *args], cwd, default_timeout if timeout_s is None else timeout_s,
+                     default_memory if memory_mb is None else memory_mb)
+
+
 def compile_kernel(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, ...] = (),
                    cache_dir: Path | None = None, timeout_s: float | None = None,
                    memory_mb: int | None = None) -> CompileResult:
@@ -222,7 +232,7 @@ def compile_kernel(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str
     if not ok:
         res.error_kind = "nvcc_error"
         res.error_message = _first_error(log) or f"nvcc exited with {code}"
-        if memory_mb and _out_of_memory(log, code):
+        if memory_mb and out_of_memory(log, code):
             # Not cached: the outcome depends on the cap, which a later run may raise.
             shutil.rmtree(tmp, ignore_errors=True)
             res.error_kind = "memory_limit"
@@ -324,7 +334,7 @@ def compile_ptx(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, .
         if code != 0:
             res.error_kind = "nvcc_error"
             res.error_message = _first_error(log) or f"the PTX compile exited with {code}"
-            if memory_mb and _out_of_memory(log, code):
+            if memory_mb and out_of_memory(log, code):
                 res.error_kind = "memory_limit"
                 return res  # not cached: the outcome depends on the cap
         else:
@@ -451,7 +461,7 @@ def load_front_end_answers(path: Path, replay: bool = False) -> int:
 _OOM_RE = re.compile(r"out of memory|std::bad_alloc|cannot allocate memory|memory exhausted", re.I)
 
 
-def _out_of_memory(log: str, code: int) -> bool:
+def out_of_memory(log: str, code: int) -> bool:
     """Whether a failed nvcc ran out of memory: a stage said so, or nvcc itself died by a signal."""
     return bool(_OOM_RE.search(log)) or code < 0
 

@@ -29,7 +29,7 @@ from typing import Iterator
 
 from klineage.mechanisms import registry
 from klineage.mechanisms.base import Feature
-from klineage.lineage.proposers import Proposal
+from klineage.lineage.proposal import Proposal
 from klineage.templates import template_module
 
 KEYS = {"mechanism": str, "locus": str, "backward_edit": str, "features_before": list, "features_after": list,
@@ -132,7 +132,7 @@ def check_citations(current: str, simpler: str, ranges: list[list[int]]) -> str 
 
 
 class LLMProposer:
-    """Proposer protocol of klineage.lineage.proposers, over klineage.apply.llm.LLMMaterializer.ask."""
+    """Proposer protocol of klineage.lineage.proposers, over klineage.llm.LLMSession.ask."""
     name = "llm"
 
     def __init__(self, llm, calls_per_state: int = MAX_CALLS_PER_STATE):
@@ -184,7 +184,7 @@ class LLMProposer:
             feedback = "the last proposal was rejected by the gate or the audit"
 
     def rederive(self, proposal: Proposal) -> str | None:
-        from klineage.apply.llm import parse_kernel
+        from klineage.llm import parse_kernel
         text = str(self._t.forward(proposal.mechanism, proposal.locus, proposal.config.get("backward_edit", ""),
                                    proposal.source))
         ex = self.llm.ask(self._prefix, text, parse=parse_kernel)

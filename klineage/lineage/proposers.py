@@ -15,39 +15,15 @@ simpler one (forward). The walk gates and audits every candidate the same way, w
 """
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from klineage.lineage.ladder import (ProposerError, RungOrder, Version, audit_ladder_step,  # noqa: F401
                                      declared_mechanism, declared_mechanisms, ladder_from_folder, ladder_from_git,
                                      parent_index, structural_held)
+from klineage.lineage.proposal import Proposal, source_hash  # noqa: F401
 from klineage.mechanisms import ORDER, Kernel, registry
 from klineage.mechanisms.base import Applied, Feature
-
-
-@dataclass
-class Proposal:
-    proposer: str
-    mechanism: str
-    locus: str
-    source: str              # the simpler kernel
-    before: str = ""         # code at the anchor in the richer kernel
-    after: str = ""          # code at the anchor in the simpler kernel
-    config: dict = field(default_factory=dict)
-    anchor: str = ""
-    declared: bool = False   # the mechanism is declared (versions), not computed by a detector
-    origin: str | None = None  # path of the simpler kernel, when it is a file
-    # versions steps: the audit the ladder computed (klineage.lineage.ladder.audit_ladder_step), the
-    # richer kernel (what the forward re-derivation restores) and, for a bundled step, its names
-    audit: dict | None = None
-    richer: str | None = None
-    mechanisms: tuple[str, ...] = ()
-
-
-def source_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class RulesProposer:

@@ -16,13 +16,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from klineage import settings
-from klineage.gate.compile import arch_flags, nvcc_version
+from klineage.gate.compile import arch_flags, nvcc_version, out_of_memory, run_nvcc
 from klineage.parse.semantics import analyze
 
 ARCHS = ("sm_80", "sm_89", "sm_90a", "sm_100", "sm_120")
@@ -126,15 +125,15 @@ def compile_check(source: str, arch: str, timeout_s: float = CHECK_TIMEOUT_S) ->
     tmp = Path(tempfile.mkdtemp(prefix="check-", dir=path.parent))
     try:
         (tmp / "kernel.cu").write_text(source)
-        try:
-            proc = subprocess.run(["nvcc", *flags, "-o", "kernel.cubin", "kernel.cu"], capture_output=True,
-                                  text=True, timeout=timeout_s, cwd=tmp, start_new_session=True)
-        except subprocess.TimeoutExpired:
+        code, log = run_nvcc([*flags, "-o", "kernel.cubin", "kernel.cu"], tmp, timeout_s)
+        if code is None:
             return {"arch": arch, "ok": False, "message": f"nvcc ran past {timeout_s:.0f} s and was killed",
                     "nvcc": version, "supported": True, "cached": False}  # not cached: may pass next time
-        log = proc.stdout + proc.stderr
-        ok = proc.returncode == 0 and (tmp / "kernel.cubin").is_file()
-        message = "" if ok else (first_error(log) or f"nvcc exited with {proc.returncode}")
+        ok = code == 0 and (tmp / "kernel.cubin").is_file()
+        message = "" if ok else (first_error(log) or f"nvcc exited with {code}")
+        if not ok and out_of_memory(log, code):  # depends on the cap, which a later run may raise
+            return {"arch": arch, "ok": False, "message": f"nvcc ran out of memory under its cap ({message})",
+                    "nvcc": version, "supported": True, "cached": False}
         supported = ok or not _UNSUPPORTED_RE.search(log)
         if not supported:
             message = f"{UNSUPPORTED}: {message}"

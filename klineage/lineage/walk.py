@@ -30,7 +30,7 @@ from klineage.gate.gate import Gate, GateResult, kernel_hash
 from klineage.errors import BudgetExhausted
 from klineage.lineage.audit import audit_rederived, audit_rules
 from klineage.lineage.ladder import audit_ladder_step
-from klineage.lineage.proposers import Proposal
+from klineage.lineage.proposal import Proposal
 from klineage.mechanisms import ORDER, detect_all, registry
 from klineage.mechanisms.base import Feature
 from klineage.workload import Workload

@@ -23,16 +23,11 @@ same with the declared values kept per item.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import re
-
-import clang.cindex as ci
-import tree_sitter as ts
 
 from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail, number_loci
 from klineage.parse import semantics, syntax
-from klineage.parse.syntax import Edit, walk
+from klineage.parse.syntax import Edit, Node, walk
 
 _NAME = re.compile(r"(?:^|_)(?:UNROLL|COARSEN|COARSENING|COARSE|ILP)(?:_|$)|PER_THREAD(?:_|$)")
 _VALUE = re.compile(rb"\s*\(?\s*(\d+)[uUlL]*\s*\)?\s*(?://.*|/\*.*)?$", re.S)
@@ -57,7 +52,7 @@ def item_name(name: str) -> bool:
     return bool(_ITEMS.search(_snake(name)))
 
 
-def _register_extent(size: ts.Node) -> bool:
+def _register_extent(size: Node) -> bool:
     """The array whose extent `size` is, is a local (register) array, not __shared__ or static."""
     decl = next((a for a in syntax.ancestors(size) if a.type in ("declaration", "field_declaration",
                                                                  "parameter_declaration")), None)
@@ -145,19 +140,8 @@ def _grid_stride_loops(k: Kernel) -> list[Feature]:
     return out
 
 
-@functools.lru_cache(maxsize=64)
-def _macro_lines(digest: str, source: str) -> frozenset[int]:
-    """Lines of `#define`s the preprocessor keeps (libclang's record; dead #if branches have none)."""
-    index = ci.Index.create()
-    tu = index.parse(semantics._FILE, args=list(semantics.ARGS), unsaved_files=[(semantics._FILE, source)],
-                     options=ci.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD)
-    return frozenset(c.location.line for c in tu.cursor.get_children()
-                     if c.kind == ci.CursorKind.MACRO_DEFINITION and c.location.file is not None
-                     and c.location.file.name == semantics._FILE)
-
-
-def live_define(k: Kernel, node: ts.Node) -> bool:
-    return node.start_point.row + 1 in _macro_lines(hashlib.sha256(k.source.encode()).hexdigest(), k.source)
+def live_define(k: Kernel, node: Node) -> bool:
+    return node.start_point.row + 1 in semantics.macro_lines(k.source)
 
 
 def _constants(k: Kernel):
@@ -205,7 +189,7 @@ def _constants(k: Kernel):
     return number_loci(items)
 
 
-def _templates(k: Kernel) -> dict[str, list[tuple[ts.Node, ts.Node]]]:
+def _templates(k: Kernel) -> dict[str, list[tuple[Node, Node]]]:
     """Function templates by name: (template_declaration, function_definition)."""
     out: dict[str, list] = {}
     for n in walk(k.tree.root):
@@ -216,7 +200,7 @@ def _templates(k: Kernel) -> dict[str, list[tuple[ts.Node, ts.Node]]]:
     return out
 
 
-def _template_params(tmpl: ts.Node) -> list[str]:
+def _template_params(tmpl: Node) -> list[str]:
     plist = tmpl.child_by_field_name("parameters")
     names = []
     for p in plist.named_children if plist is not None else []:
@@ -228,11 +212,11 @@ def _template_params(tmpl: ts.Node) -> list[str]:
     return names
 
 
-def _device(fn: ts.Node | None) -> bool:
+def _device(fn: Node | None) -> bool:
     return fn is not None and bool({"__device__", "__global__"} & syntax.function_qualifiers(fn))
 
 
-def _uses(k: Kernel, name: str, scope: ts.Node, skip: ts.Node | None, depth: int = 0, seen=None) -> list[tuple]:
+def _uses(k: Kernel, name: str, scope: Node, skip: Node | None, depth: int = 0, seen=None) -> list[tuple]:
     """Kernel-code uses of `name` under `scope`: ('extent', function, size node) / ('loop', function,
     loop), following template arguments into the templates they instantiate."""
     seen = seen if seen is not None else set()
@@ -296,7 +280,7 @@ def _zero_extents(k: Kernel, uses: list[tuple], name: str) -> list[str]:
     return bad
 
 
-def _kernel_uses(k: Kernel, name: str, form: str, scope: ts.Node | None, node: ts.Node) -> list[tuple]:
+def _kernel_uses(k: Kernel, name: str, form: str, scope: Node | None, node: Node) -> list[tuple]:
     if form == "template default":
         fn = next(c for c in scope.named_children if c.type == "function_definition")
         return _uses(k, name, fn, None)

@@ -52,12 +52,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import tree_sitter as ts
 
 from klineage.mechanisms.base import Kernel, NotApplicable, squash
-from klineage.mechanisms.vector_access import _insert_at, declarators, line_start, strip_parens, top_level
+from klineage.mechanisms.vector_forms import (declarators, insert_at, line_start, strip_parens, top_level,
+                                              vector_features)
 from klineage.parse import syntax
-from klineage.parse.syntax import Edit, walk
+from klineage.parse.syntax import Edit, Node, walk
 
 # element type -> (bytes, 16-byte vector type, component fields or None for packed 2-byte lanes)
 ELEMENTS = {
@@ -111,7 +111,7 @@ def _elem(type_text: str) -> str:
     return " ".join(w for w in type_text.split() if w not in ("const", "volatile", "__restrict__", "__restrict"))
 
 
-def _strip(n: ts.Node | None) -> ts.Node | None:
+def _strip(n: Node | None) -> Node | None:
     """Parentheses and casts off an expression."""
     while n is not None:
         if n.type == "parenthesized_expression" and n.named_child_count == 1:
@@ -136,7 +136,7 @@ class Ptr:
 
 @dataclass
 class Launch:
-    grid: ts.Node      # the formula node `(N + M - 1) / M` the rewrite replaces
+    grid: Node      # the formula node `(N + M - 1) / M` the rewrite replaces
     count: str         # N as written in the formula
     block: str         # the launch's block-size argument as written
     per_block: str     # M, normalised
@@ -145,7 +145,7 @@ class Launch:
 @dataclass
 class Flat:
     k: Kernel
-    fn: ts.Node
+    fn: Node
     kernel: str
     index: str
     index_type: str
@@ -155,7 +155,7 @@ class Flat:
     head_indent: str             # the indentation of the kernel's first statement
     outer_indent: str            # the indentation of the kernel's definition
     ptrs: list[Ptr]              # accessed pointer parameters, parameter order
-    accesses: list[tuple[ts.Node, str]]  # (p[i] subscript, pointer)
+    accesses: list[tuple[Node, str]]  # (p[i] subscript, pointer)
     uses_index: bool             # the body uses the index other than as [i]
     names: set[str]              # identifiers of the function
 
@@ -168,7 +168,7 @@ class Flat:
         return VECTOR_BYTES // self.size
 
 
-def _params(fn: ts.Node) -> list[tuple[str, str, int]]:
+def _params(fn: Node) -> list[tuple[str, str, int]]:
     """(name, type text with qualifiers, pointer depth) of the function's parameters."""
     decl = fn.child_by_field_name("declarator")
     while decl is not None and decl.type != "function_declarator":
@@ -186,7 +186,7 @@ def _params(fn: ts.Node) -> list[tuple[str, str, int]]:
     return out
 
 
-def _context(node: ts.Node) -> str:
+def _context(node: Node) -> str:
     """How an access `p[i]` is used: load | store | rmw | arg | none | bad."""
     n = node
     while n.parent is not None and n.parent.type == "parenthesized_expression":
@@ -209,7 +209,7 @@ def _context(node: ts.Node) -> str:
     return "load"
 
 
-def _kernel_spec(k: Kernel, fn: ts.Node, any_index: bool = False):
+def _kernel_spec(k: Kernel, fn: Node, any_index: bool = False):
     """The flat description of kernel `fn`, or why it is not flat. With `any_index`, pointers may be
     accessed at any index, and the result is the load-then-store description (`Phased`)."""
     name = syntax.function_name(fn)
@@ -405,7 +405,7 @@ def _kernel_spec(k: Kernel, fn: ts.Node, any_index: bool = False):
 class Phased:
     """A flat-index kernel whose body first declares what it loads (at any index), then stores."""
     k: Kernel
-    fn: ts.Node
+    fn: Node
     kernel: str
     index: str
     index_type: str
@@ -413,11 +413,11 @@ class Phased:
     head_indent: str
     outer_indent: str
     names: set[str]
-    loads: list[ts.Node]          # the declarations that load (and the comments among them)
+    loads: list[Node]          # the declarations that load (and the comments among them)
     locals: list[tuple[str, str]]  # (name, type) declared by them
     stores: tuple[int, int]       # bytes of the statements from the first store on
     indent: str
-    renames: list[ts.Node]        # identifiers naming those locals, in their initialisers and the stores
+    renames: list[Node]        # identifiers naming those locals, in their initialisers and the stores
 
 
 def _phased(k, fn, name, index, itype, bound, region_nodes, accesses, ptr_params, indent, head, outer, names):
@@ -545,7 +545,7 @@ def emit_phased(ph: Phased, count: str) -> str:
     return "\n".join(lines)
 
 
-def _root(n: ts.Node) -> str | None:
+def _root(n: Node) -> str | None:
     """The variable an lvalue names: `v`, `a[j]`, `s.f` -> v, a, s."""
     n = strip_parens(n)
     while n is not None and n.type in ("subscript_expression", "field_expression"):
@@ -568,14 +568,14 @@ def _by_reference(k: Kernel) -> set[str]:
     return out
 
 
-def _between(n: ts.Node, top: ts.Node):
+def _between(n: Node, top: Node):
     a = n
     while a is not None and a != top.parent:
         yield a
         a = a.parent
 
 
-def _outer_loop(n: ts.Node, region: list[ts.Node]) -> ts.Node | None:
+def _outer_loop(n: Node, region: list[Node]) -> Node | None:
     """The outermost loop of the body that contains `n`, if any."""
     found = None
     tops = {(r.start_byte, r.end_byte) for r in region}
@@ -589,14 +589,14 @@ def _outer_loop(n: ts.Node, region: list[ts.Node]) -> ts.Node | None:
     return found
 
 
-def _nested(assign: ts.Node, region: list[ts.Node]) -> bool:
+def _nested(assign: Node, region: list[Node]) -> bool:
     """True when the assignment is not a plain top-level statement of the body."""
     st = assign.parent
     return not (st is not None and st.type == "expression_statement"
                 and any(st.start_byte == r.start_byte and st.end_byte == r.end_byte for r in region))
 
 
-def _is_index_of_access(n: ts.Node, ptr_params) -> bool:
+def _is_index_of_access(n: Node, ptr_params) -> bool:
     p = n.parent
     while p is not None and p.type == "parenthesized_expression":
         p = p.parent
@@ -671,7 +671,7 @@ def _launch(k: Kernel, flat: Flat, factors: list[str]) -> Launch | str:
     return Launch(f, count, block, m)
 
 
-def _count_text(k: Kernel, left: ts.Node, m: str) -> str | None:
+def _count_text(k: Kernel, left: Node, m: str) -> str | None:
     """N as written, when the numerator is N + M - 1 (or N + (M - 1)); None otherwise."""
     def bare(n):
         while n is not None and n.type == "parenthesized_expression" and n.named_child_count == 1:
@@ -856,7 +856,7 @@ def flat_kernels(k: Kernel) -> tuple[list[Flat], list[str]]:
 _TILED_BASE = re.compile(r"const long long (\w+) = \(long long\)blockIdx\.x \* blockDim\.x \* (\w+) \+ threadIdx\.x;")
 
 
-def tiled_scalar(k: Kernel, fn: ts.Node) -> tuple[Flat, str] | None:
+def tiled_scalar(k: Kernel, fn: Node) -> tuple[Flat, str] | None:
     """(the flat description, the count's name) when kernel `fn` is exactly the tiled form with items
     of one element that `emit` writes for some flat kernel; None otherwise."""
     body = fn.child_by_field_name("body")
@@ -968,7 +968,7 @@ def count_define(k: Kernel, flat: Flat, name: str, value: int) -> Edit:
     if last is not None:
         at = last + (1 if k.tree.data[last:last + 1] == b"\n" else 0)
         return Edit(at, at, text)
-    at = _insert_at(k, flat.fn)
+    at = insert_at(k, flat.fn)
     return Edit(at, at, text + "\n")
 
 
@@ -978,7 +978,7 @@ def not_flat(why: list[str]) -> NotApplicable:
 
 # ---------------------------------------------------------------- the two rewrites
 
-def _replace_body(k: Kernel, fn: ts.Node, text: str) -> Edit:
+def _replace_body(k: Kernel, fn: Node, text: str) -> Edit:
     body = fn.child_by_field_name("body")
     return Edit(body.start_byte, body.end_byte, text)
 
@@ -1074,13 +1074,12 @@ def coarsen(k: Kernel, value: int):
     return not_flat(why)
 
 
-def _applied(k: Kernel, fn: ts.Node, edits: list[Edit], mechanism: str, config: dict, locus: str | None = None):
+def _applied(k: Kernel, fn: Node, edits: list[Edit], mechanism: str, config: dict, locus: str | None = None):
     from klineage.mechanisms.base import Applied
     new = k.tree.edit(edits)
     if locus is None:
-        from klineage.mechanisms.vector_access import VectorAccess
         kname = syntax.function_name(fn)
-        feats = [f for f in VectorAccess().detect(Kernel(new)) if f.locus.startswith(f"{kname}:")]
+        feats = [f for f in vector_features(Kernel(new)) if f.locus.startswith(f"{kname}:")]
         locus = feats[0].locus if feats else kname
     body = fn.child_by_field_name("body")
     nk = Kernel(new)

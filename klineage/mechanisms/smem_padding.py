@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail
-from klineage.mechanisms.vector_access import strip_parens
+from klineage.mechanisms.vector_forms import strip_parens
 from klineage.parse.syntax import Edit, enclosing_function, node_path, walk
 
 _PAD_NAME = re.compile(r"(?i)pad|skew")

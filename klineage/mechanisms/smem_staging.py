@@ -23,14 +23,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import tree_sitter as ts
 
 from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail
-from klineage.mechanisms.vector_access import declarators, declared, device_function, line_start, paren, \
+from klineage.mechanisms.vector_forms import declarators, declared, device_function, line_start, paren, \
     statement_of, strip_parens
 from klineage.parse import syntax
 from klineage.parse.ptx import variable_name as ptx_name
-from klineage.parse.syntax import Edit, node_path, walk
+from klineage.parse.syntax import Edit, Node, node_path, walk
 
 _LOAD_CALLS = re.compile(r"__ld(g|cs|cg|ca|lu|cv)|kl_scalar_load_\w+")
 _BLOCKS = ("compound_statement", "preproc_if", "preproc_ifdef", "preproc_else", "preproc_elif")
@@ -39,39 +38,39 @@ _TID = "threadIdx.x"
 
 @dataclass
 class _Stage:
-    fn: ts.Node
+    fn: Node
     function: str
     array: str
-    decl: ts.Node            # the __shared__ declaration
-    copy: ts.Node            # the statement that copies (loop, statement, or guarding if)
-    assign: ts.Node          # s[i] = LOAD
+    decl: Node            # the __shared__ declaration
+    copy: Node            # the statement that copies (loop, statement, or guarding if)
+    assign: Node          # s[i] = LOAD
     var: str                 # loop variable or threadIdx.x
-    load: ts.Node            # LOAD
-    index: ts.Node           # the index of g inside LOAD (parentheses stripped)
+    load: Node            # LOAD
+    index: Node           # the index of g inside LOAD (parentheses stripped)
     base: str | None
     base_first: bool
     glob: str
-    sync: ts.Node            # the __syncthreads(); after the copy
+    sync: Node            # the __syncthreads(); after the copy
     form: str                # "loop" | "per-thread"
     extent: str
 
 
-def _block_children(block: ts.Node) -> list[ts.Node]:
+def _block_children(block: Node) -> list[Node]:
     return [c for c in block.named_children if c.type != "comment"]
 
 
-def _is_sync(n: ts.Node) -> bool:
+def _is_sync(n: Node) -> bool:
     return n.type == "expression_statement" and re.fullmatch(r"__syncthreads\(\s*\);", n.text.decode()) is not None
 
 
-def _single(body: ts.Node | None) -> ts.Node | None:
+def _single(body: Node | None) -> Node | None:
     if body is not None and body.type == "compound_statement":
         kids = _block_children(body)
         return kids[0] if len(kids) == 1 else None
     return body
 
 
-def _copy_statement(k: Kernel, stmt: ts.Node, dst_index: str):
+def _copy_statement(k: Kernel, stmt: Node, dst_index: str):
     """(copy statement, variable, form) for `s[x] = ...;` in a cooperative copy, else None."""
     p = stmt.parent
     holder = p.parent if p is not None and p.type == "compound_statement" and _single(p) == stmt else p
@@ -97,11 +96,11 @@ def _copy_statement(k: Kernel, stmt: ts.Node, dst_index: str):
     return stmt, _TID, "per-thread"
 
 
-def _sq(k: Kernel, n: ts.Node) -> str:
+def _sq(k: Kernel, n: Node) -> str:
     return re.sub(r"\s+", " ", k.tree.text_of(n)).strip()
 
 
-def _global_index(k: Kernel, load: ts.Node):
+def _global_index(k: Kernel, load: Node):
     """(g identifier, index node) of a load `g[idx]`, `*(g + idx)`, `hint(g + idx)`, `hint(&g[idx])`."""
     e = strip_parens(load)
     if e.type == "subscript_expression":
@@ -127,7 +126,7 @@ def _global_index(k: Kernel, load: ts.Node):
     return None
 
 
-def _shared_decl(k: Kernel, name: str, use: ts.Node):
+def _shared_decl(k: Kernel, name: str, use: Node):
     d = declared(k, name, use)
     if d is None or d.node.type != "declaration":
         return None
@@ -192,7 +191,7 @@ def _stages(k: Kernel) -> list[tuple[str, _Stage]]:
     return out
 
 
-def _rewritten(fn: ts.Node, array: str, copy: ts.Node) -> bool:
+def _rewritten(fn: Node, array: str, copy: Node) -> bool:
     """The shared array is folded onto itself after the copy (`s[t] += s[t + h]`, `s[i] = f(s[j])`: a
     tree reduction or a scan working in place, not a staged operand)."""
     reads = re.compile(rf"\b{re.escape(array)}\s*\[")
@@ -208,7 +207,7 @@ def _rewritten(fn: ts.Node, array: str, copy: ts.Node) -> bool:
     return False
 
 
-def _root(n: ts.Node | None) -> str | None:
+def _root(n: Node | None) -> str | None:
     while n is not None and n.type != "identifier":
         if n.type in ("subscript_expression", "field_expression", "pointer_expression", "parenthesized_expression",
                       "update_expression", "cast_expression"):
@@ -221,7 +220,7 @@ def _root(n: ts.Node | None) -> str | None:
     return n.text.decode() if n is not None else None
 
 
-def _written(k: Kernel, fn: ts.Node, name: str, skip: ts.Node | None = None) -> bool:
+def _written(k: Kernel, fn: Node, name: str, skip: Node | None = None) -> bool:
     """`name` (or memory through it) is assigned, incremented, or atomically updated in `fn`."""
     for n in walk(fn):
         if skip is not None and skip.start_byte <= n.start_byte < skip.end_byte:
@@ -245,7 +244,7 @@ def _type_key(t: str) -> str:
     return " ".join(words)
 
 
-def _span(k: Kernel, node: ts.Node) -> tuple[int, int] | None:
+def _span(k: Kernel, node: Node) -> tuple[int, int] | None:
     """Whole lines of a statement (a trailing comment included), or None if it shares a line."""
     data = k.tree.data
     start = line_start(data, node.start_byte)
@@ -261,7 +260,7 @@ def _span(k: Kernel, node: ts.Node) -> tuple[int, int] | None:
     return start, min(nl + 1, len(data))
 
 
-def _path_of(fn: ts.Node, node: ts.Node) -> list[int]:
+def _path_of(fn: Node, node: Node) -> list[int]:
     path = []
     n = node
     body = fn.child_by_field_name("body")
@@ -272,7 +271,7 @@ def _path_of(fn: ts.Node, node: ts.Node) -> list[int]:
     return list(reversed(path))
 
 
-def _at_path(fn: ts.Node, path: list[int]) -> ts.Node | None:
+def _at_path(fn: Node, path: list[int]) -> Node | None:
     n = fn.child_by_field_name("body")
     for i in path:
         kids = n.named_children
@@ -495,7 +494,7 @@ class SmemStaging(Mechanism):
             else:
                 at = line_start(k.tree.data, node.start_byte)
             edits.append(Edit(at, at, text))
-        by_text: dict[str, list[ts.Node]] = {}
+        by_text: dict[str, list[Node]] = {}
         for n in walk(fn):
             if n.type == config.get("load_type"):
                 by_text.setdefault(k.tree.text_of(n), []).append(n)
@@ -586,7 +585,7 @@ _BARRIER = re.compile(r"\b__syncthreads\s*\(|\.sync\s*\(\s*\)|\bbar\.sync\b|__sy
                       r"\bcg::sync\s*\(")
 
 
-def _shared_roots(k: Kernel, fn: ts.Node) -> dict[str, str]:
+def _shared_roots(k: Kernel, fn: Node) -> dict[str, str]:
     """Names that point into shared memory in `fn`, each with the name it was set from: the
     `__shared__` arrays it can see (static, or dynamic `extern`) map to themselves; locals set from
     them map to their source (`float4* s4 = reinterpret_cast<float4*>(smem)` -> smem, `float* kt =
@@ -625,7 +624,7 @@ def _region(roots: dict[str, str], name: str, written: set[str]) -> set[str]:
     return out
 
 
-def _reads_value(rhs: ts.Node, roots: dict[str, str]) -> bool:
+def _reads_value(rhs: Node, roots: dict[str, str]) -> bool:
     """The expression reads an element (`s[i]`, `*p`), rather than forming an address into the array."""
     for n in walk(rhs):
         if n.type == "subscript_expression" and _root_name(n) in roots:
@@ -637,7 +636,7 @@ def _reads_value(rhs: ts.Node, roots: dict[str, str]) -> bool:
     return False
 
 
-def _root_name(n: ts.Node | None) -> str | None:
+def _root_name(n: Node | None) -> str | None:
     while n is not None and n.type not in ("identifier",):
         if n.type in ("subscript_expression", "field_expression", "pointer_expression", "parenthesized_expression",
                       "cast_expression"):
@@ -653,7 +652,7 @@ def _root_name(n: ts.Node | None) -> str | None:
     return n.text.decode() if n is not None else None
 
 
-def _global_read(k: Kernel, rhs: ts.Node, roots: dict[str, str], locals_from_global: set[str]) -> bool:
+def _global_read(k: Kernel, rhs: Node, roots: dict[str, str], locals_from_global: set[str]) -> bool:
     """The expression is a value read from global memory and nothing more: an element of a pointer that
     is not shared memory (a parameter or a pointer derived from one), directly, through a cast, a
     cache hint, a conversion call or a ternary guard, or a local (or its field) that was loaded so. A
@@ -750,7 +749,7 @@ def _other_stagings(k: Kernel, taken: set[str]) -> list[Feature]:
     return out
 
 
-def _locals_read_from(fn: ts.Node, roots: dict[str, str]) -> dict[str, str]:
+def _locals_read_from(fn: Node, roots: dict[str, str]) -> dict[str, str]:
     """Locals (scalars or register arrays) that hold values read from a shared array: name -> array."""
     from klineage.mechanisms.codescan import assignments
     out: dict[str, str] = {}
@@ -772,7 +771,7 @@ _MATH_CALLS = re.compile(r"(?:__)?(?:f?max|f?min|fmaf?|exp|exp2|log|sqrt|rsqrt|p
                          r".*(?:load_matrix|ldmatrix|ldsm|mma|wgmma|fragment|outer|accumulate|fma).*")
 
 
-def _feeds_compute(n: ts.Node, depth: int = 3) -> bool:
+def _feeds_compute(n: Node, depth: int = 3) -> bool:
     """The value `n` (a read, or a local holding one) is an operand of arithmetic: a binary arithmetic
     expression, a compound assignment, a math or MMA call, or any of these through conversion calls
     (`__half2float(s[i]) * w`) and struct fields."""
@@ -799,13 +798,13 @@ def _feeds_compute(n: ts.Node, depth: int = 3) -> bool:
     return False
 
 
-def _compute_reads(k: Kernel, fn: ts.Node, names: set[str]) -> list:
+def _compute_reads(k: Kernel, fn: Node, names: set[str]) -> list:
     """Reads through `names` (one shared array and its pointers) that feed arithmetic or an MMA load,
     directly or through a local they are loaded into."""
     from klineage.mechanisms.codescan import assignments
     roots = {n: n for n in names}
     hits = []
-    value_vars: dict[str, ts.Node] = {}
+    value_vars: dict[str, Node] = {}
     for lhs, op, rhs, st in assignments(fn):
         v = _root_name(lhs)
         if v is not None and v not in roots and _reads_value(rhs, {n: n for n in names}):
@@ -822,7 +821,7 @@ def _compute_reads(k: Kernel, fn: ts.Node, names: set[str]) -> list:
     return sorted(hits, key=lambda x: x.start_byte)
 
 
-def _siblings_after(parent: ts.Node, pos: int):
+def _siblings_after(parent: Node, pos: int):
     for c in parent.named_children:
         if c.start_byte >= pos:
             yield c

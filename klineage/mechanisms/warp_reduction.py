@@ -26,12 +26,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import tree_sitter as ts
 
 from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail, number_loci, squash
-from klineage.mechanisms.vector_access import declarators, declared, device_function, line_start, paren
+from klineage.mechanisms.vector_forms import declarators, declared, device_function, line_start, paren
 from klineage.parse import syntax
-from klineage.parse.syntax import Edit, node_path, walk
+from klineage.parse.syntax import Edit, Node, node_path, walk
 
 _FULL_MASKS = {"0xffffffff", "0xffffffffu", "0xffffffffull", "0xfffffffful", "~0", "~0u", "-1", "0xffffffffU"}
 _WARP = r"(?:warpSize|WARP_SIZE|kWarpSize|WARPSIZE|32)"
@@ -47,19 +46,19 @@ class _Red:
     form: str                 # "loop" | "unrolled"
     stmts: list               # the expression statements holding the shuffles
     calls: list               # the shuffle call of each statement
-    loop: ts.Node | None
+    loop: Node | None
     var: str
     mask: str
     width: str | None
     offsets: list
-    fn: ts.Node
+    fn: Node
 
     @property
     def function(self) -> str:
         return syntax.function_name(self.fn)
 
     @property
-    def first(self) -> ts.Node:
+    def first(self) -> Node:
         """First node of the construct: the loop's `#pragma`, the loop, or the first step."""
         if self.loop is None:
             return self.stmts[0]
@@ -128,11 +127,11 @@ def _one_step(fn, regs) -> set:
     return {d for r in regs for u in fn.uses.get(r, []) if u.op in _COMBINE for d in u.dests}
 
 
-def _args(call: ts.Node) -> list:
+def _args(call: Node) -> list:
     return [a for a in call.child_by_field_name("arguments").named_children if a.type != "comment"]
 
 
-def _step(k: Kernel, call: ts.Node):
+def _step(k: Kernel, call: Node):
     """(statement, var, mask, offset, width) when `call` is one step `v = ...shfl(mask, v, o)...;`."""
     argv = _args(call)
     if len(argv) not in (3, 4):
@@ -166,7 +165,7 @@ def _int(text: str) -> int | None:
         return None
 
 
-def _loop_offsets_ok(k: Kernel, loop: ts.Node, o: str) -> bool:
+def _loop_offsets_ok(k: Kernel, loop: Node, o: str) -> bool:
     """The loop's offsets are powers of two below 32 (a warp-internal exchange)."""
     init = loop.child_by_field_name("initializer")
     cond = loop.child_by_field_name("condition")
@@ -199,7 +198,7 @@ def _loop_offsets_ok(k: Kernel, loop: ts.Node, o: str) -> bool:
     return False
 
 
-def _loop_of(stmt: ts.Node) -> ts.Node | None:
+def _loop_of(stmt: Node) -> Node | None:
     """The for loop whose whole body is `stmt` (bare or alone in braces)."""
     p = stmt.parent
     if p is not None and p.type == "compound_statement" and len([c for c in p.named_children
@@ -257,7 +256,7 @@ _MIN_FNS = {"fminf", "fmin", "min", "__hmin", "__hmin2", "minf"}
 _MAX_FNS = {"fmaxf", "fmax", "max", "__hmax", "__hmax2", "maxf"}
 
 
-def _shuffle_kind(k: Kernel, call: ts.Node, macros: dict[str, str]) -> tuple[str, list] | None:
+def _shuffle_kind(k: Kernel, call: Node, macros: dict[str, str]) -> tuple[str, list] | None:
     """(kind, value-argument candidates) when `call` exchanges a value across lanes by xor or down: the
     intrinsic, a cooperative-groups tile's member (`tile.shfl_down(v, o)`), or a macro over either."""
     from klineage.mechanisms.codescan import call_args, callee_name
@@ -276,7 +275,7 @@ def _shuffle_kind(k: Kernel, call: ts.Node, macros: dict[str, str]) -> tuple[str
     return None
 
 
-def _offset_var(k: Kernel, loop: ts.Node) -> str | None:
+def _offset_var(k: Kernel, loop: Node) -> str | None:
     """The induction variable of a loop over warp-lane offsets: halving from at most a warp's half
     (a literal <= 16, or `X / 2`, `X >> 1` of a width or a tile size), or doubling from 1 below a warp."""
     init, cond, upd = (loop.child_by_field_name(x) for x in ("initializer", "condition", "update"))
@@ -313,12 +312,12 @@ def _root(node) -> str | None:
     return None
 
 
-def _updated(body: ts.Node) -> set[str]:
+def _updated(body: Node) -> set[str]:
     from klineage.mechanisms.codescan import assignments
     return {r for lhs, _, _, _ in assignments(body) for r in [_root(lhs)] if r}
 
 
-def _compare_exchange(k: Kernel, body: ts.Node) -> bool:
+def _compare_exchange(k: Kernel, body: Node) -> bool:
     """A bitonic compare-exchange keeps the min or the max by lane: both appear, under a condition."""
     from klineage.mechanisms.codescan import callee_name
     calls = {callee_name(n) for n in walk(body) if n.type == "call_expression"}
@@ -333,7 +332,7 @@ def _other_forms(k: Kernel, taken: list[tuple[int, int]]) -> list[Feature]:
     the loop updates: value pairs, rescales, merges in a helper); unrolled runs of such steps."""
     from klineage.mechanisms.codescan import qualified_callee, scan
     s = scan(k)
-    found: list[tuple[str, ts.Node, ts.Node | None, str, str]] = []
+    found: list[tuple[str, Node, Node | None, str, str]] = []
 
     def free(node) -> bool:
         a, b = k.lines(node)
@@ -422,20 +421,20 @@ def _unrolled(k: Kernel, s, fn, free) -> list:
     return out
 
 
-def _statement(n: ts.Node) -> ts.Node:
+def _statement(n: Node) -> Node:
     while n.parent is not None and n.type not in ("expression_statement", "declaration", "return_statement"):
         n = n.parent
     return n
 
 
-def _first_statement(node: ts.Node, body: ts.Node | None) -> ts.Node:
+def _first_statement(node: Node, body: Node | None) -> Node:
     if body is None:
         return node
     kids = [c for c in body.named_children if c.type != "comment"] if body.type == "compound_statement" else [body]
     return kids[0] if kids else node
 
 
-def _next_stmt(n: ts.Node) -> ts.Node | None:
+def _next_stmt(n: Node) -> Node | None:
     s = n.next_named_sibling
     while s is not None and s.type == "comment":
         s = s.next_named_sibling
@@ -446,7 +445,7 @@ def _sync(mask: str) -> str:
     return "__syncwarp()" if mask.replace(" ", "") in _FULL_MASKS else f"__syncwarp({mask})"
 
 
-def _names(k: Kernel, fn: ts.Node) -> tuple[str, str]:
+def _names(k: Kernel, fn: Node) -> tuple[str, str]:
     text = k.tree.text_of(fn)
     n = 1
     while True:
@@ -464,14 +463,14 @@ def _partner(kind: str, b: str, t: str, o: str) -> str:
     return f"{b}[({t} & 31) + {o} < 32 ? {t} + {o} : {t}]"
 
 
-def _indent_of(k: Kernel, node: ts.Node) -> str:
+def _indent_of(k: Kernel, node: Node) -> str:
     data = k.tree.data
     start = line_start(data, node.start_byte)
     lead = data[start:node.start_byte].decode()
     return lead if not lead.strip() else re.match(r"\s*", lead).group(0)
 
 
-def _own_line(k: Kernel, node: ts.Node) -> bool:
+def _own_line(k: Kernel, node: Node) -> bool:
     data = k.tree.data
     return not data[line_start(data, node.start_byte):node.start_byte].strip()
 
@@ -643,11 +642,11 @@ class WarpReduction(Mechanism):
                                "dropped_buffer": removed})
 
 
-def _declares(decl: ts.Node, name: str) -> bool:
+def _declares(decl: Node, name: str) -> bool:
     return any(n == name for n, *_ in declarators(decl))
 
 
-def _decl_removal(k: Kernel, db: ts.Node, dt: ts.Node) -> Edit:
+def _decl_removal(k: Kernel, db: Node, dt: Node) -> Edit:
     """The buffer and thread-index declarations: their whole lines, or the inline text and one space."""
     data = k.tree.data
     start = line_start(data, db.start_byte)

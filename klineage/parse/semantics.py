@@ -209,6 +209,22 @@ def analyze(source: str) -> Semantics:
     return _analyze(hashlib.sha256(source.encode()).hexdigest(), source)
 
 
+@functools.lru_cache(maxsize=64)
+def _macro_lines(digest: str, source: str) -> frozenset[int]:
+    index = ci.Index.create()
+    tu = index.parse(_FILE, args=list(ARGS), unsaved_files=[(_FILE, source)],
+                     options=ci.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD)
+    return frozenset(c.location.line for c in tu.cursor.get_children()
+                     if c.kind == ci.CursorKind.MACRO_DEFINITION and c.location.file is not None
+                     and c.location.file.name == _FILE)
+
+
+def macro_lines(source: str) -> frozenset[int]:
+    """Lines of the `#define`s the preprocessor keeps (libclang's record; dead #if branches have
+    none), cached by content."""
+    return _macro_lines(hashlib.sha256(source.encode()).hexdigest(), source)
+
+
 def libclang_version() -> str:
     """The libclang wheel's version, after checking that its shared library loads (an index is made)."""
     from importlib import metadata

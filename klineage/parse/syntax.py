@@ -26,6 +26,9 @@ _BLANKED = re.compile(rb"(?:__cluster_dims__|__align__|__maxnreg__)\s*\((?:[^()]
 _LAUNCH_BOUNDS_3 = re.compile(rb"__launch_bounds__\s*\(" + _ARG + rb"," + _ARG + rb"(," + _ARG + rb")\)")
 
 
+Node = ts.Node  # a syntax-tree node: the type the mechanism families annotate with (they never import tree-sitter)
+
+
 class ParseError(KLineageError):
     """A query file is missing or malformed, or an edit is out of range."""
 

@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from klineage.apply.baselines import RULE_MIN, run_baseline
-from klineage.apply.llm import AnthropicBackend, LLMMaterializer
+from klineage.apply.llm import LLMMaterializer
+from klineage.llm import AnthropicBackend
 from klineage.cli import main
 from klineage.gate.gate import Status
 from klineage.store import open_store

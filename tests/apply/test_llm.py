@@ -8,12 +8,11 @@ from dataclasses import asdict
 import anthropic
 import pytest
 
-from klineage.apply import llm
-from klineage.apply.llm import (PRICES, AnthropicBackend, BudgetExhausted, LLMError, LLMMaterializer,
-                                MissingKeyError, OpenAICompatBackend, ParseError, Usage,
-                                build_anthropic_request, build_prompt, estimate_cost, parse_kernel,
-                                prompt_hash)
-from klineage.apply.scripted_server import ScriptedServer as Server, anthropic_reply, error_reply, openai_reply
+from klineage import llm
+from klineage.apply.llm import LLMMaterializer, build_prompt
+from klineage.llm import (PRICES, AnthropicBackend, BudgetExhausted, LLMError, MissingKeyError, OpenAICompatBackend,
+                          ParseError, Usage, build_anthropic_request, estimate_cost, parse_kernel, prompt_hash)
+from tests.support.scripted_server import ScriptedServer as Server, anthropic_reply, error_reply, openai_reply
 
 httpx = llm.httpx  # httpx, or the SDK's httpx2 fork where that is what is installed
 

@@ -1,4 +1,4 @@
-"""The scripted model server (klineage/apply/scripted_server.py) through the real SDKs: replies picked
+"""The scripted model server (tests/support/scripted_server.py) through the real SDKs: replies picked
 by what the prompt holds, a default, an exhausted script, scripted errors, the usage it reports (a
 cache write, then reads) for both APIs, and script files checked when loaded."""
 from __future__ import annotations
@@ -8,8 +8,9 @@ import json
 import anthropic
 import pytest
 
-from klineage.apply.llm import AnthropicBackend, LLMError, LLMMaterializer, OpenAICompatBackend
-from klineage.apply.scripted_server import ScriptedServer, load_script, tokens
+from klineage.apply.llm import LLMMaterializer
+from klineage.llm import AnthropicBackend, LLMError, OpenAICompatBackend
+from tests.support.scripted_server import ScriptedServer, load_script, tokens
 
 from tests.apply.test_llm import FakeSleep, httpx
 

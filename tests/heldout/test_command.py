@@ -194,7 +194,7 @@ def test_llm_condition_runs_through_the_sdk_with_a_budget_per_instance(tmp_path,
     answers hold no kernel. --budget-usd is per instance: every instance gets its own calls (one
     materializer for the whole run let the first instances spend the later ones' budget). The key is
     stored nowhere, and a replay lists the condition as not run."""
-    from klineage.apply.scripted_server import ScriptedServer
+    from tests.support.scripted_server import ScriptedServer
     key = "sk-ant-heldout-test-0123456789"
     rms = _idiom("rms_tiny")
     best = rms.replace("#define RMS_BLOCK 256", "#define RMS_BLOCK 512").replace("#define RMS_UNROLL 1",

@@ -90,7 +90,7 @@ def test_the_compile_only_gate_reports_guard_failures_as_they_are():
 
 @pytest.mark.nvcc
 def test_the_llm_proposer_dry_against_a_scripted_server(tmp_path, monkeypatch):
-    from klineage.apply.scripted_server import ScriptedServer, mine_script
+    from tests.support.scripted_server import ScriptedServer, mine_script
     script = mine_script(SWIGLU)
     server = ScriptedServer(script["replies"], script["default"])
     monkeypatch.setenv("ANTHROPIC_API_KEY", "fake-key")

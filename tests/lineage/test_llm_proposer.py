@@ -11,7 +11,8 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from klineage.apply.llm import AnthropicBackend, LLMMaterializer
+from klineage.apply.llm import LLMMaterializer
+from klineage.llm import AnthropicBackend
 from klineage.lineage.llm_proposer import LLMProposalError, check_citations, numbered, parse_proposal
 from klineage.lineage.proposers import make_proposer, ProposerError
 from klineage.lineage.walk import Limits, Walker

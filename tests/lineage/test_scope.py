@@ -92,7 +92,7 @@ def test_a_second_check_costs_nothing(scopes, monkeypatch):
 
     def boom(*a, **k):
         raise AssertionError("nvcc ran again")
-    monkeypatch.setattr(scope.subprocess, "run", boom)
+    monkeypatch.setattr(scope, "run_nvcc", boom)  # every nvcc run goes through gate.compile.run_nvcc
     again = compile_check(SIMPLE, "sm_80")
     assert again == first
 

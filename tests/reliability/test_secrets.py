@@ -9,7 +9,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from klineage.apply.llm import AnthropicBackend, LLMMaterializer
+from klineage.apply.llm import LLMMaterializer
+from klineage.llm import AnthropicBackend
 from klineage.apply.loop import ApplyConfig, apply, write_outputs
 from klineage.cli import main
 from klineage.store import open_store

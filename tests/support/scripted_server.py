@@ -20,7 +20,7 @@ The second half writes scripts from a workload's version ladder (naive.cu, versi
 `mine_script` answers a backward llm walk from expert.cu down to naive.cu, one rung per step, and
 `baseline_script` a baseline run from naive.cu that is handed the ladder's rungs one by one.
 
-    python -m klineage.apply.scripted_server SCRIPT.json [--port N]      serve a script file
+    python -m tests.support.scripted_server SCRIPT.json [--port N]      serve a script file
 """
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ class ScriptedServer:
         return None, self.default
 
     def _answer(self, path: str, headers: dict, body) -> tuple[int, dict, dict]:
-        from klineage.apply.llm import _prompt_parts
+        from klineage.llm import prompt_parts
         api = "anthropic" if path.rstrip("/").endswith("/messages") else \
             "openai" if path.rstrip("/").endswith("/chat/completions") else None
         with self._lock:
@@ -136,7 +136,7 @@ class ScriptedServer:
                 return self.script.pop(0)
             if api is None or not isinstance(body, dict):
                 return 404, {"type": "error", "error": {"type": "not_found_error", "message": f"no API at {path}"}}, {}
-            system, user = _prompt_parts(body)
+            system, user = prompt_parts(body)
             idx, reply = self._pick(system + "\n" + user)
             rec["reply"] = idx if idx is not None else ("default" if reply else None)
             if reply is None:

@@ -1,0 +1,4 @@
+"""python -m klineage.cli ..."""
+from klineage.cli import main
+
+main()

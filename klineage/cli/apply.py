@@ -1,0 +1,323 @@
+"""The apply group (apply, apply list|show) and the baseline group: skills applied to a new kernel."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from klineage.cli.common import (arch_option, bad_input, clip, counts_text, db_option, echo_preview, json_option,
+                                 library_errors, main, make_llm, open_db)
+from klineage.errors import ExitCode, read_source
+from klineage.report.text import table
+
+
+@main.group("apply", invoke_without_command=True)
+@click.option("--workload", "workload_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Workload folder of the new kernel (its workload.py).")
+@click.option("--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="The starting kernel (.cu) to make faster.")
+@db_option(mode="extend")
+@click.option("--materializer", "materializers", multiple=True, type=click.Choice(["rules", "sweep", "llm"]),
+              help="Backends to use, in order (repeat the option; default: rules and sweep).")
+@click.option("--budget-steps", type=int, default=16, show_default=True, help="Gate evaluations of candidates at most.")
+@click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most (llm).")
+@click.option("--budget-s", type=float, default=None, help="Wall-clock seconds at most.")
+@click.option("--admission", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="Use only admitted skills (off: every skill, for ablation).")
+@click.option("--sweep-axes", type=click.Choice(["source", "buildable"]), default="source", show_default=True,
+              help="How the sweep counts its grid when it picks its axes: every configuration, or only those "
+                   "nvcc's front end accepts (the kernel's static checks; needs nvcc), which the sweep then "
+                   "proposes alone.")
+@click.option("--structural", type=click.Choice(["library", "off"]), default="library", show_default=True,
+              help="Structural skills (a shape rewriter's: a warp or block per row, shuffles, online softmax, "
+                   "tiling ...) in the rules backend, the retrieved ones first, one per step before any sweep "
+                   "point; off: only what a mechanism family's reoptimize writes.")
+@click.option("--model", default=None, help="Model id for --materializer llm (default claude-sonnet-4-5).")
+@click.option("--base-url", default=None, help="An OpenAI-compatible server for --materializer llm (e.g. a local one).")
+@click.option("--dry-run", is_flag=True,
+              help="Build and gate nothing, touch no GPU: print the retrieved skills and each backend's first "
+                   "candidate (with llm: the exact prompt for the top skill and its cost estimate; sends nothing).")
+@click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
+@arch_option
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write best.cu and trajectory.json here.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@json_option
+@click.pass_context
+@library_errors
+def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_steps, budget_usd, budget_s, admission,
+              sweep_axes, structural, model, base_url, dry_run, replay, arch, out_dir, quiet, as_json):
+    """Retrieve skills for a new kernel and apply them one at a time behind the gate.
+
+    \b
+    klineage apply --workload DIR --start KERNEL.cu [--materializer rules|sweep|llm ...] [--out DIR]
+    klineage apply show RUN        replay a stored trajectory
+
+    Exits 1 when the start kernel fails the gate, 4 when a replay lacks records.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if workload_dir is None or start_path is None:
+        raise click.UsageError("give --workload DIR and --start KERNEL.cu (or: klineage apply show RUN)")
+    from klineage.apply.loop import ApplyConfig, write_outputs
+    from klineage.gate.compile import DEFAULT_ARCH
+    from klineage.gate.gate import GateConfig
+    from klineage.workload import load_workload
+
+    wl = load_workload(workload_dir)
+    start = read_source(start_path)
+    mats = tuple(materializers) or ("rules", "sweep")
+    cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
+                      admission=admission == "on", model=model, sweep_axes=sweep_axes,
+                      structural={"mode": "library"} if structural == "library" else None)
+    llm = make_llm(mats, model, base_url, budget_usd, dry_run)
+    gate_config = None if arch is None else GateConfig(arch=arch)
+    if dry_run:
+        with open_db(db_path) as store:
+            plan = apply_plan(store.skills(), wl, start, cfg, llm, arch or DEFAULT_ARCH)
+        click.echo(json.dumps(plan, indent=1, default=str) if as_json else format_apply_plan(plan))
+        return
+    store = open_db(db_path)
+    try:
+        run = execute_apply(store, wl, start, str(start_path), cfg, llm, replay, gate_config, quiet=quiet or as_json)
+    finally:
+        store.close()
+    if out_dir:
+        write_outputs(run, out_dir)
+    if as_json:
+        click.echo(json.dumps({k: v for k, v in run.items() if k != "best_source"}, indent=1, default=str))
+    else:
+        click.echo(format_apply_run(run))
+    sys.exit(_apply_exit(run))
+
+
+def _apply_exit(run: dict) -> int:
+    """A run whose start kernel failed the gate failed (1); a replay that lacked records exits 4."""
+    if run["stop_reason"] == "start_failed":
+        return int(ExitCode.FAILED)
+    return int(ExitCode.MISSING) if (run.get("summary") or {}).get("missing") else int(ExitCode.OK)
+
+
+def apply_plan(skills: list[dict], wl, start: str, cfg, llm, arch: str) -> dict:
+    """What `apply` would do first, with nothing gated and no GPU touched: the skills retrieved for
+    the start kernel (its bottleneck unknown until it is measured), the excluded ones with their
+    reasons, and per backend its first candidate: the rules rewrite of the top skill that has one,
+    the sweep's first round of points, the llm's exact prompt for the top retrieved skill."""
+    from klineage.apply.loop import retrieved_skills
+    from klineage.apply.materialize import RulesMaterializer, contract_text, make_buildable, make_sweep
+    from klineage.apply.retrieve import retrieve, target_facts
+    if not skills:
+        raise bad_input("the library is empty: pass --db with a copy of skills_db/skills.duckdb, or mine first")
+    facts = target_facts(wl, start, cfg.platform, None)
+    got = retrieve(skills, facts, admission=cfg.admission)
+    by_id = {s["skill_id"]: s for s in skills}
+    plan = {"dry_run": True, "workload": wl.name, "materializers": list(cfg.materializers),
+            "budget_steps": cfg.budget_steps, "arch": arch, "target": got["target"],
+            "retrieved": [{"name": c["name"], "skill_id": c["skill_id"], "score": c["terms"]["score"]}
+                          for c in got["candidates"]],
+            "excluded": [{"name": e["name"], "reasons": e["reasons"]} for e in got["excluded"]], "first": {}}
+    for backend in cfg.materializers:
+        if backend == "rules":
+            rules = RulesMaterializer()
+            for c in got["candidates"]:
+                cands = rules.propose(by_id[c["skill_id"]], start, wl)
+                if cands:
+                    plan["first"]["rules"] = {"skill": c["name"], "note": cands[0].note}
+                    break
+            else:
+                plan["first"]["rules"] = {"skill": None, "note": "no retrieved skill has a rewrite that applies"}
+        elif backend == "sweep":
+            sweep = make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, arch))
+            pts = sweep.propose_all(retrieved_skills(skills, got), start, wl)
+            plan["first"]["sweep"] = {"points": [c.config for c in pts]}
+        elif backend == "llm":
+            top = by_id[got["candidates"][0]["skill_id"]] if got["candidates"] else None
+            if top is None:
+                plan["first"]["llm"] = {"skill": None, "note": "no skill retrieved: nothing to prompt with"}
+            else:
+                prev = llm.dry_run([top["card_md"]], start, contract_text(wl), None)
+                plan["first"]["llm"] = {"skill": top["name"]}
+                plan["prompt"], plan["estimate"] = prev["prompt"], prev["estimate"]
+    return plan
+
+
+def format_apply_plan(plan: dict) -> str:
+    lines = [f"dry run on {plan['workload']} ({plan['arch']}): nothing is gated and no GPU touched; the start kernel's "
+             f"bottleneck is unknown until it is measured"]
+    lines.append(table(["rank", "retrieved skill", "score"],
+                       [[i + 1, c["name"], f"{c['score']:.2f}"] for i, c in enumerate(plan["retrieved"])],
+                       right=("rank", "score")) if plan["retrieved"] else "no skill retrieved")
+    lines.append(f"excluded: {len(plan['excluded'])} skills (`--json` lists each with its reasons)")
+    for backend, first in plan["first"].items():
+        if backend == "sweep":
+            pts = "; ".join(",".join(f"{k}={v}" for k, v in p.items()) for p in first["points"]) or "none"
+            lines.append(f"sweep, first round: {pts}")
+        else:
+            lines.append(f"{backend}, first candidate: {first['skill'] or '-'}" + (f" ({first['note']})" if first.get("note") else ""))
+    if "prompt" in plan:
+        lines.append(f"llm prompt for {plan['first']['llm']['skill']}:\n{plan['prompt']}\n\n-- estimate: "
+                     f"{json.dumps(plan['estimate'])}")
+    return "\n".join(lines)
+
+
+class _ApplyProgress:
+    """Apply progress: candidate steps gated of the budget, steps kept, gate verdicts by status."""
+
+    def __init__(self, quiet: bool, label: str, total: int | None):
+        from klineage.progress import Progress
+        self.p = Progress(quiet)
+        self.counts: dict[str, int] = {}
+        self.kept = 0
+        self.p.task("apply", label, total=total)
+
+    def __call__(self, step: dict) -> None:
+        self.counts[step["status"]] = self.counts.get(step["status"], 0) + 1
+        self.kept += bool(step["accepted"] and step["kind"] == "candidate")
+        self.p.update("apply", advance=1 if step["kind"] == "candidate" else 0, say=step["kind"] != "candidate",
+                      note=f"kept {self.kept} · {counts_text(self.counts)}")
+
+    def done(self):
+        self.p.close()
+
+
+def execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, gate_config=None,
+                   quiet: bool = True) -> dict:
+    from klineage.apply.loop import apply
+    from klineage.gate.gate import Gate
+    if replay:
+        from klineage.store.recorded import import_recorded
+        import_recorded(store)
+    if not store.skills():
+        raise click.ClickException(f"no skills in {store.path}: mine first (klineage mine --config pipelines/mine.toml) "
+                                   "or pass --db with a copy of skills_db/skills.duckdb")
+    gate = Gate(store, gate_config)
+    progress = _ApplyProgress(quiet, f"apply {wl.name}", cfg.budget_steps)
+    try:
+        return apply(store, gate, wl, start, origin, cfg, llm=llm, replay=replay, progress=progress)
+    finally:
+        progress.done()
+        gate.close()
+
+
+
+@apply_cmd.command("list")
+@db_option
+@json_option
+@library_errors
+def apply_list(db_path, as_json):
+    """List stored apply runs: id, workload, stop reason, skills kept."""
+    with open_db(db_path) as store:
+        runs = store.apply_runs()
+    if as_json:
+        click.echo(json.dumps(runs, indent=1, default=str))
+        return
+    if not runs:
+        click.echo("no apply runs stored: run `klineage apply --workload DIR --start KERNEL.cu`")
+        return
+    rows = []
+    for r in runs:
+        kept = (r.get("summary") or {}).get("kept", [])
+        rows.append([r["run_id"], r["workload"], r["stop_reason"], len(kept), clip(", ".join(kept), 80)])
+    click.echo(table(["run", "workload", "stop", "kept", "skills kept"], rows, right=("kept",)))
+
+
+@apply_cmd.command("show")
+@click.argument("run_id")
+@db_option
+@json_option
+@library_errors
+def apply_show(run_id, db_path, as_json):
+    """Replay a stored apply trajectory (RUN: a run id or its prefix)."""
+    with open_db(db_path) as store:
+        run = store.get_apply_run(run_id)
+        if run is None:
+            ids = ", ".join(r["run_id"] for r in store.apply_runs()[:10]) or "none stored"
+            raise bad_input(f"no single apply run {run_id!r} in {store.path} (runs: {ids})")
+    click.echo(json.dumps(run, indent=1, default=str) if as_json else format_apply_run(run))
+
+
+def format_apply_run(run: dict) -> str:
+    summ = run.get("summary") or {}
+    lines = [f"apply run {run['run_id']} on {run['workload']}: stop {run.get('stop_reason')}; "
+             f"kept {summ.get('kept', [])}"]
+    for c in summ.get("speedup_vs_start", []):
+        shape = ",".join(f"{k}={v}" for k, v in sorted(c["shape"].items()))
+        lines.append(f"  {shape}: {c['start_us']:.1f} us -> {c['best_us']:.1f} us ({c['speedup']:.2f}x)")
+    for st in run.get("steps", []):
+        what = st.get("skill") or (f"sweep {st.get('config')}" if st["backend"] == "sweep" else st["backend"])
+        mark = "kept" if st["accepted"] and st["kind"] == "candidate" else ""
+        lines.append(f"  [{st['seq']:2d}] {st['backend']:6s} {what:44s} {st['status']:18s} {mark} {st.get('note', '')[:80]}")
+    for e in summ.get("excluded", [])[:12]:
+        lines.append(f"  excluded {e['name']}: {'; '.join(e['reasons'])[:160]}")
+    return "\n".join(lines)
+
+
+
+@main.group("baseline")
+def baseline_group():
+    """Run the published baselines (none, adaexplore, accelopt, expert-source) in this harness."""
+
+
+@baseline_group.command("run")
+@click.option("--method", type=click.Choice(["none", "adaexplore", "accelopt", "expert-source"]), required=True,
+              help="The baseline to run.")
+@click.option("--workload", "workload_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
+              help="Workload folder (its workload.py).")
+@click.option("--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="The starting kernel (.cu).")
+@click.option("--budget-usd", type=float, required=True, help="Dollars of model calls at most.")
+@click.option("--max-iters", type=int, default=20, show_default=True, help="Model calls at most.")
+@click.option("--budget-s", type=float, default=None, help="Wall-clock seconds at most.")
+@click.option("--model", default=None, help="Model id (default claude-sonnet-4-5).")
+@click.option("--base-url", default=None, help="An OpenAI-compatible server instead of the Anthropic API.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of adaexplore's tree search.")
+@click.option("--dry-run", is_flag=True, help="Print the first prompt and its cost estimate; send nothing.")
+@click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Take the timing settings from a run configuration's [gate] table (e.g. pipelines/mine.toml).")
+@arch_option
+@db_option(mode="create")
+@json_option
+@library_errors
+def baseline_run(method, workload_dir, start_path, budget_usd, max_iters, budget_s, model, base_url, seed, dry_run,
+                 replay, config_path, arch, db_path, as_json):
+    """One baseline method on one workload from a start kernel, under the same gate, budget
+    accounting and trajectory records as `klineage apply` (read them with `klineage apply show`)."""
+    from klineage.apply.baselines import Baseline, run_baseline
+    from klineage.gate.gate import Gate
+    from klineage.workload import load_workload
+
+    wl = load_workload(workload_dir)
+    start = read_source(start_path)
+    llm = make_llm(("llm",), model, base_url, budget_usd, dry_run)
+    if dry_run:
+        echo_preview(llm.preview(*Baseline(method, llm, seed).prompt(wl, start, None,
+                                                                      "edit" if method == "adaexplore" else None)), as_json)
+        return
+    from klineage.gate.gate import GateConfig
+    gate_config = None
+    if config_path is not None:
+        from klineage.lineage.mine import load_config
+        gate_config = load_config(config_path)[0].gate_config()
+    if arch is not None:
+        gate_config = dataclasses.replace(gate_config or GateConfig(), arch=arch)
+    store = open_db(db_path)
+    if replay:
+        from klineage.store.recorded import import_recorded
+        import_recorded(store)
+    gate = Gate(store, gate_config)
+    try:
+        run = run_baseline(method, store, gate, wl, start, str(start_path), llm, max_iters=max_iters,
+                           budget_s=budget_s, replay=replay, seed=seed)
+    finally:
+        gate.close()
+        store.close()
+    if as_json:
+        click.echo(json.dumps({k: v for k, v in run.items() if k != "best_source"}, indent=1, default=str))
+    else:
+        click.echo(format_apply_run(run))
+    if run["summary"]["missing"]:  # like mine: a replay that lacked records exits 4
+        sys.exit(ExitCode.MISSING)

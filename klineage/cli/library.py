@@ -1,0 +1,189 @@
+"""Commands on the stored library: report, lineage list|show, skills list|show|why|stats|export."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from klineage.cli.common import bad_input, db_option, json_option, library_errors, main, open_db
+from klineage.report.text import format_lineage, format_lineages_table, format_skills_table
+
+
+@main.command("report")
+@db_option
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for the static site (index.html, lineage/, skill/, heldout.html).")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@json_option
+@library_errors
+def report_cmd(db_path, out_dir, quiet, as_json):
+    """Write a static HTML report of the library: workloads and skills, a latency chart and diffs per
+    lineage, the full card per skill, the held-out results. No server needed; works offline."""
+    from klineage.report import render_report
+    with open_db(db_path) as store:
+        if not store.lineages() and not store.skills():
+            raise bad_input(f"{store.path} holds no lineages or skills: mine first, or pass --db "
+                                       "skills_db/skills.duckdb")
+        from klineage.progress import Progress
+        with Progress(quiet or as_json) as progress:
+            progress.task("report", f"report to {out_dir}")
+            paths = render_report(store, out_dir, progress=lambda done, total: progress.set("report", done, total))
+    if as_json:
+        click.echo(json.dumps({k: [str(x) for x in v] if isinstance(v, list) else str(v) for k, v in paths.items()},
+                              indent=1))
+    else:
+        click.echo(f"wrote {out_dir / 'index.html'}: {len(paths['lineages'])} lineage pages, "
+                   f"{len(paths['skills'])} skill pages, {len(paths['charts'])} charts")
+
+
+@main.group("lineage")
+def lineage_group():
+    """Inspect stored lineages."""
+
+
+@lineage_group.command("list")
+@db_option
+@json_option
+@library_errors
+def lineage_list(db_path, as_json):
+    """List lineages: workload, proposer, steps, rejections, termination."""
+    with open_db(db_path) as store:
+        lins = store.lineages()
+    if as_json:
+        click.echo(json.dumps([{k: l[k] for k in ("lineage_id", "workload_name", "proposer", "termination",
+                                                   "remaining")} | {"steps": len(l["transitions"]),
+                                                                    "rejections": len(l["rejections"])}
+                               for l in lins], indent=1))
+    elif not lins:
+        click.echo(f"no lineages in {store.path}: mine first (klineage mine --config pipelines/mine.toml --replay)")
+    else:
+        click.echo(format_lineages_table(lins))
+
+
+@lineage_group.command("show")
+@click.argument("ident")
+@db_option
+@json_option
+@library_errors
+def lineage_show(ident, db_path, as_json):
+    """Show one lineage (id prefix, or WORKLOAD/PROPOSER): states, steps, rejections."""
+    with open_db(db_path) as store:
+        lin = store.get_lineage(ident)
+    if lin is None:
+        raise bad_input(f"no single lineage matches {ident!r}: see `klineage lineage list`")
+    click.echo(json.dumps(lin, indent=1) if as_json else format_lineage(lin))
+
+
+@main.group("skills")
+def skills_group():
+    """Inspect and export the skill library."""
+
+
+@skills_group.command("list")
+@db_option
+@json_option
+@library_errors
+def skills_list(db_path, as_json):
+    """List skills with their median measured speedup."""
+    with open_db(db_path) as store:
+        skills = store.skills()
+    if as_json:
+        click.echo(json.dumps([s["card"] for s in skills], indent=1))
+    elif not skills:
+        click.echo(f"no skills in {store.path}: mine first (klineage mine --config pipelines/mine.toml --replay)")
+    else:
+        click.echo(format_skills_table(skills))
+
+
+@skills_group.command("show")
+@click.argument("ident")
+@db_option
+@json_option
+@library_errors
+def skills_show(ident, db_path, as_json):
+    """Show one skill card. IDENT: a name (wgmma/warpgroup-mma), an id or its prefix, or a name or
+    mechanism prefix (wgmma) that only one skill has; an ambiguous IDENT lists the candidates."""
+    with open_db(db_path) as store:
+        s = _find_skill(store, ident)
+    click.echo(json.dumps(s["card"], indent=1) if as_json else s["card_md"])
+
+
+def _find_skill(store, ident: str) -> dict:
+    """The one skill IDENT names (exact name or id, else an id, name or mechanism prefix); exit 2
+    naming the candidates when none or several match."""
+    skills = store.skills()
+    key = ident.lower()
+    for pick in (lambda s: key in (s["name"].lower(), s["skill_id"].lower()),
+                 lambda s: s["skill_id"].lower().startswith(key) or s["name"].lower().startswith(key)
+                 or s["mechanism"].lower().startswith(key)):
+        hits = [s for s in skills if pick(s)]
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            names = "\n".join(f"  {s['name']}  ({s['skill_id']})" for s in hits)
+            raise bad_input(f"{ident!r} matches {len(hits)} skills; name one of them:\n{names}")
+    raise bad_input(f"no skill matches {ident!r} in {store.path}: see `klineage skills list` (a name such as "
+                     "wgmma/warpgroup-mma, an id prefix, or a mechanism such as wgmma)")
+
+
+@skills_group.command("why")
+@click.argument("ident")
+@db_option
+@json_option
+@library_errors
+def skills_why(ident, db_path, as_json):
+    """Every precondition and risk of one skill, with the probe, source line or record behind it."""
+    from klineage.report.text import format_skill_why, skill_why
+    with open_db(db_path) as store:
+        s = _find_skill(store, ident)
+    why = skill_why(s["card"])
+    click.echo(json.dumps(why, indent=1) if as_json else format_skill_why(why))
+
+
+@skills_group.command("stats")
+@db_option
+@json_option
+@library_errors
+def skills_stats(db_path, as_json):
+    """Library counts: skills by admission status, the admission rate, evidence kinds."""
+    from klineage.report.text import format_skill_stats, skill_stats
+    with open_db(db_path) as store:
+        st = skill_stats([s["card"] for s in store.skills()])
+    click.echo(json.dumps(st, indent=1) if as_json else format_skill_stats(st))
+
+
+@skills_group.command("export")
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["skill-md", "jsonl", "parquet"]), default="skill-md", show_default=True,
+              help="skill-md: a SKILL.md folder per skill; jsonl: one card per line; parquet: one row per skill.")
+@click.option("--out", "out", type=click.Path(path_type=Path), required=True,
+              help="Output folder (skill-md) or file (jsonl, parquet).")
+@click.option("--force", is_flag=True, help="Replace what is already at --out (skill-md: the skills' folders).")
+@library_errors
+def skills_export(db_path, fmt, out, force):
+    """Export the library: one SKILL.md folder per skill (Agent Skills layout), JSON lines (one card
+    per line), or Parquet (one row per skill: id, name, mechanism, median speedup, admission status,
+    risks, the card as JSON and as markdown)."""
+    folder = fmt == "skill-md"
+    if out.exists() and out.is_dir() != folder:
+        raise bad_input(f"--out {out} is a {'file' if folder else 'folder'}: {fmt} writes a "
+                         f"{'folder' if folder else 'file'}; pass another path")
+    if out.exists() and not force and (not folder or any(out.iterdir())):
+        raise bad_input(f"--out {out} already exists: pass --force to replace it, or another path")
+    with open_db(db_path) as store:
+        skills = store.skills()
+    if fmt == "skill-md":
+        from klineage.report.skill_md import export_skill_md
+        paths = export_skill_md(skills, out)
+        click.echo(f"wrote {len(paths)} skills under {out}")
+    elif fmt == "parquet":
+        from klineage.store.export import write_parquet
+        click.echo(f"wrote {write_parquet(skills, out)} skills to {out}")
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "w") as f:
+            for s in skills:
+                f.write(json.dumps(s["card"], sort_keys=True) + "\n")
+        click.echo(f"wrote {len(skills)} skills to {out}")
+
