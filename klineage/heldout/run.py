@@ -60,12 +60,12 @@ from pathlib import Path
 
 from klineage import settings
 from klineage.apply.loop import ApplyConfig, apply, retrieved_skills, spends_budget
-from klineage.apply.materialize import bake, check_sweep_axes, tunables
-from klineage.apply.retrieve import workload_facts
+from klineage.apply.materialize import check_sweep_axes, tunables
 from klineage.errors import ReplayMissingError
 from klineage.gate.gate import DEFAULT_TIMING, Gate, GateConfig, GateResult, kernel_hash
 from klineage.heldout import stats
 from klineage.heldout.instances import FAMILIES, Instance
+from klineage.heldout.sources import foreign_library, produced_source, skill_sources  # noqa: F401 (callers')
 
 CONDITIONS = ("idiom", "skills", "control-random", "control-foreign", "llm")
 COMPLETE = ("PASSED", "FAILED")  # decided rows a resumed run reuses
@@ -149,29 +149,6 @@ def llm_status(replay: bool, model: str | None = None, budget_usd: float | None 
     return llm_mod.LLMMaterializer(backend, budget_usd=budget_usd, model=model), None
 
 
-# -- the library, by family ----------------------------------------------------------------------------
-
-def skill_sources(store, library: list[dict]) -> dict[str, list[str]]:
-    """{skill_id: workloads it was mined from}: its evidence's lineages, and its cards' measured cases."""
-    by_evidence = store.skill_source_workloads()
-    out = {}
-    for s in library:
-        cases = {c.get("workload") for c in (s["card"].get("effects") or {}).get("per_case") or [] if c.get("workload")}
-        out[s["skill_id"]] = sorted(set(by_evidence.get(s["skill_id"], [])) | cases)
-    return out
-
-
-def foreign_library(library: list[dict], sources: dict[str, list[str]], families: tuple[str, ...]) -> list[dict]:
-    """The skills every one of whose source workloads has a family in `families` (a skill with an
-    unknown source family is never foreign)."""
-    keep = []
-    for s in library:
-        fams = {workload_facts(w)[0] for w in sources.get(s["skill_id"], [])}
-        if fams and "" not in fams and fams <= set(families):
-            keep.append(s)
-    return keep
-
-
 # -- the reference -------------------------------------------------------------------------------------
 
 _VENDOR_RE = re.compile(r"\bin vendor\b|flag_gems|triton", re.I)
@@ -226,21 +203,6 @@ class _FinalGates:
     def close(self) -> None:
         for g in self.gates:
             g.close()
-
-
-def _flags_config(flags) -> dict[str, int]:
-    out = {}
-    for f in flags or ():
-        m = re.fullmatch(r"-D(\w+)=(-?\d+)", f)
-        if m:
-            out[m.group(1)] = int(m.group(2))
-    return out
-
-
-def produced_source(source: str, flags) -> str:
-    """The kernel as it ran: sweep flags written into its source."""
-    cfg = _flags_config(flags)
-    return bake(source, cfg) if cfg else source
 
 
 def _shape_id(shape: dict) -> str:
