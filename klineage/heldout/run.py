@@ -550,7 +550,7 @@ def structural_path(inst: Instance, cfg: HeldoutConfig, library: list[dict], sou
     """The structural rewrites a searching condition gates from its start if each is kept (what the
     run's search does when every one pays): [{"name", "source"}], in order, each on the kernel the ones
     before it made; retrieval without a measured bottleneck class, as first_sweep_round."""
-    from klineage.apply.loop import ApplyConfig, _next_structural
+    from klineage.apply.loop import ApplyConfig, next_structural
     from klineage.apply.materialize import RulesMaterializer
     from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
     start = "naive" if inst.family == "reduction" and "naive" in inst.starts else "idiom"
@@ -564,7 +564,7 @@ def structural_path(inst: Instance, cfg: HeldoutConfig, library: list[dict], sou
     while True:
         key = kernel_hash(src)
         retrieval = retrieve(lib, target_facts(inst.workload, src, PLATFORM_H200, None), admission=cfg.admission)
-        entry = _next_structural(acfg, retrieval, tried, key, src, inst.workload)
+        entry = next_structural(acfg, retrieval, tried, key, src, inst.workload)
         if entry is None:
             return out
         tried.add((key, "rules" + entry["skill_id"]))
