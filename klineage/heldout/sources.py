@@ -1,9 +1,11 @@
 """Where a held-out condition's skills and kernels come from: the library by the workloads each skill
-was mined from (the foreign control's cut of it), and a final kernel as it ran. Read by the run
+was mined from (the foreign control's cut of it), the random control's seed, and a final kernel as
+it ran. Read by the run
 (klineage.heldout.run) and its report (klineage.heldout.report).
 """
 from __future__ import annotations
 
+import hashlib
 import re
 
 from klineage.apply.materialize import bake
@@ -44,3 +46,8 @@ def produced_source(source: str, flags) -> str:
     """The kernel as it ran: sweep flags written into its source."""
     cfg = _flags_config(flags)
     return bake(source, cfg) if cfg else source
+
+
+def random_seed(seed: int, instance: str) -> int:
+    """The random control's seed for one instance: its own stream, the same on every machine."""
+    return int(hashlib.sha256(f"{seed}:{instance}".encode()).hexdigest()[:8], 16)
