@@ -33,6 +33,7 @@ from klineage.lineage.walk import compare_timing
 
 @dataclass
 class Best:
+    """The search's current best kernel: its source, gate result, sweep flags and the skills kept."""
     source: str
     result: GateResult
     flags: tuple[str, ...] = ()
@@ -45,6 +46,7 @@ class Best:
 
 
 def beats_best(new: GateResult, best: GateResult, noise: float) -> tuple[bool, list[dict]]:
+    """(faster beyond the noise in every trial of every case, the cases of compare_timing)."""
     cases = compare_timing(new, best)
     ok = bool(cases) and all(all(r > 1 + max(noise, c["spread"]) for r in c["trial_speedups"]) for c in cases)
     return ok, cases
@@ -94,7 +96,7 @@ def config_keys(source: str):
 
 def is_structural(mechanism: str) -> bool:
     """Whether the rules backend's queue passes `mechanism` over: no reoptimize in its family. A shape
-    rewriter's skills come through _next_structural instead, first, where one recognises the kernel
+    rewriter's skills come through next_structural instead, first, where one recognises the kernel
     (so a kernel no shape rewriter reads is searched as it was without them)."""
     from klineage.mechanisms import registry
     m = registry().get(mechanism)

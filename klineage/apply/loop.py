@@ -16,6 +16,9 @@ decided (apply_steps), and the run row carries the configuration, the stop reaso
 `klineage apply show RUN` replays the trajectory from the database. A run's id is the hash of its
 inputs (workload, start kernel, configuration, library): the same command resumes into the same
 run, and a stored evaluation is never measured twice.
+
+The loop is the search engine's (klineage.apply.engine: Search, its strategies and Budget); apply()
+configures it from an ApplyConfig, as each held-out condition does (klineage.heldout.run.Arm).
 """
 from __future__ import annotations
 
@@ -126,7 +129,7 @@ def strategies(cfg: ApplyConfig, gate: Gate, llm=None) -> tuple[list, list]:
             from klineage.apply.materialize import LLMBackendMaterializer
             out.append(RetrievedRewrites("llm", LLMBackendMaterializer(llm)))
         else:
-            raise KeyError(backend)
+            raise ValueError(f"materializer {backend!r}: choose rules, sweep or llm")
     return leaders, out
 
 
