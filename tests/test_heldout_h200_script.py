@@ -94,14 +94,14 @@ def test_a_harness_fault_stops_the_run_before_it_is_stored(tmp_path, monkeypatch
         def close(self):
             pass
 
-    import klineage.gate.gate as gate_mod
+    import klineage.exec.serial as serial
     from klineage.gate.compile import compile_kernel
 
     def note(source, arch="sm_90a", extra_flags=(), *a, **kw):
         res = compile_kernel(source, arch, extra_flags, *a, **kw)
         FaultyWorker.builds[res.so_path] = bool(extra_flags)
         return res
-    monkeypatch.setattr(gate_mod, "compile_kernel", note)
+    monkeypatch.setattr(serial, "compile_kernel", note)
     monkeypatch.setattr(pool, "GateWorker", FaultyWorker)
     monkeypatch.setattr(pool, "gpu_available", lambda: True)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from klineage import settings
 from klineage.llm import BudgetExhausted, parse_kernel
-from klineage.apply.loop import _faster, _feedback
+from klineage.apply.engine import beats_best, gate_feedback
 from klineage.apply.materialize import contract_text
 from klineage.errors import ReplayMissingError
 from klineage.gate.gate import kernel_hash
@@ -157,12 +157,12 @@ def run_baseline(method: str, store, gate, wl, start: str, origin: str, llm, max
                 continue
             step.update(status=res.status.value, kernel_hash=res.kernel_hash, eval_key=res.eval_key, timing=res.timing)
             if not res.passed:
-                feedback = _feedback(res)
+                feedback = gate_feedback(res)
                 step["feedback"] = feedback
                 b.rules[failure_rule(res)] = b.rules.get(failure_rule(res), 0) + 1
                 record(step)
                 continue
-            faster, cases = _faster(res, best_res, noise)
+            faster, cases = beats_best(res, best_res, noise)
             step["vs_best"] = cases
             feedback = ("faster: " if faster else "correct but not faster than the best: ") + \
                 ", ".join(f"{c['speedup']:.3f}x" for c in cases)

@@ -7,8 +7,9 @@
 The choice changes where work runs, never what is mined: walks (one per target) and the analysis
 pass's independent steps run as concurrent units, each writing into a journal that the driver
 commits to the database in unit order, so every executor leaves the same library (canonical dump)
-as the serial run. `make_executor("serial")` is None: callers then take the serial code path as it
-has always been.
+as the serial run. `make_executor("serial")` is None: mining then runs its loops as plain loops,
+and a Gate given no executor builds and evaluates through a SerialExecutor of its own
+(klineage/exec/serial.py), the same interface as the others.
 """
 from __future__ import annotations
 

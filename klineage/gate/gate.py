@@ -8,7 +8,6 @@ measurement of the same request on any GPU.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from klineage.errors import NoDeviceError, ReplayMissingError
-from klineage.gate.compile import DEFAULT_ARCH, CompileResult, compile_kernel, nvcc_version
+from klineage.gate.compile import DEFAULT_ARCH, CompileResult, nvcc_version
 from klineage.gate.guard import check_source
 from klineage.records.evaluation import Status  # noqa: F401  (gate.Status: its importers)
 from klineage.workload import Workload
@@ -136,9 +135,10 @@ def gate_config_for(table: dict | None, **kw) -> GateConfig:
 
 class Gate:
     """Evaluate kernels for workloads. `store` is a klineage.store Store (or None: nothing kept);
-    `worker` a klineage.gate.pool.GateWorker started on first live use. With an `executor`
-    (klineage.exec) builds and live evaluations run there instead, in the worker `group`, and
-    concurrent requests of the same evaluation are done once."""
+    `worker` a klineage.gate.pool.GateWorker started on first live use. Builds and live evaluations
+    run in the `executor` (klineage.exec), in its worker `group`: without one, a SerialExecutor of
+    this gate's own (this process, `worker` its group's), closed with the gate; with a concurrent
+    one, concurrent requests of the same evaluation are done once."""
 
     def __init__(self, store=None, config: GateConfig | None = None, worker=None, executor=None,
                  group: str = "main", owns_group: bool = False, build_stored: bool = False):
@@ -150,14 +150,18 @@ class Gate:
         # recorded kernel still builds with this nvcc); False: a stored record is used unbuilt
         self.build_stored = build_stored
         self.config = config or GateConfig()
-        self._worker = worker
+        if executor is None:
+            from klineage.exec.serial import SerialExecutor
+            executor, owns_group = SerialExecutor(worker), True
         self.executor = executor
         self._group, self._owns_group = group, owns_group
         self.compile_log: list[dict] = []  # one entry per nvcc request: cached?, seconds
         self._repeats: dict[int, Gate] = {}  # round -> its gate (see repeat)
-        # The gate whose worker process this one uses (with_config(share_worker=True)); that gate starts
-        # it on first live use, whichever of them asks first, and closes it.
-        self._lender: Gate | None = None
+
+    @property
+    def group(self) -> str:
+        """The executor's worker group this gate's live evaluations run in."""
+        return self._group
 
     def request(self, source: str, workload: Workload, compiled: CompileResult | None = None,
                 nvcc: str | None = None) -> dict:
@@ -219,8 +223,7 @@ class Gate:
             if early is not None:
                 return early
         self._phase("compile")
-        compiled = (self.executor.compile(source, self.config.arch, tuple(self.config.extra_flags))
-                    if self.executor is not None else compile_kernel(source, self.config.arch, self.config.extra_flags))
+        compiled = self.executor.compile(source, self.config.arch, tuple(self.config.extra_flags))
         self.compile_log.append({"kernel_hash": khash, "cached": compiled.cached, "seconds": compiled.seconds,
                                  "ok": compiled.ok})
         req = self.request(source, workload, compiled)
@@ -231,8 +234,7 @@ class Gate:
                              error_message=(compiled.error_message or "") + (f"; {need}" if need else ""))
             self._store_result(res, req, source, origin, workload)
             return res
-        claim = self.executor.claim(("eval", _digest(req))) if self.executor is not None else contextlib.nullcontext()
-        with claim:
+        with self.executor.claim(("eval", _digest(req))):
             return self._lookup_or_measure(source, workload, origin, replay, remeasure, khash, guard, compiled, req)
 
     def _stored(self, source, workload, replay, khash, req, origin=None) -> GateResult | None:
@@ -259,14 +261,9 @@ class Gate:
         payload = {"so_path": compiled.so_path, "workload_path": str(workload.path),
                    "shapes": req["shapes"], "seeds": req["seeds"], "timing": req["timing"]}
         try:
-            if self.executor is not None:
-                raw = self.executor.evaluate_live(source, compiled, payload, self._group, tuple(self.config.extra_flags),
-                                                  stall_s=self.config.stall_s, total_s=self.config.total_s)
-                env = raw.get("env")
-            else:
-                worker = self._live_worker()
-                raw = worker.evaluate(payload, stall_s=self.config.stall_s, total_s=self.config.total_s)
-                env = raw.get("env") or worker.env_info
+            raw = self.executor.evaluate_live(source, compiled, payload, self._group, tuple(self.config.extra_flags),
+                                              stall_s=self.config.stall_s, total_s=self.config.total_s)
+            env = raw.get("env")
         except NoDeviceError as exc:  # what was done before the stop goes with it (`klineage gate` shows it)
             exc.partial = exc.partial or {"kernel_hash": khash, "workload": workload.name, "guard": guard.to_dict(),
                                           "compile": compiled.to_dict()}
@@ -327,29 +324,13 @@ class Gate:
         from klineage.errors import read_source
         return self.evaluate(read_source(p), workload, origin=str(p), **kw)
 
-    def _live_worker(self):
-        if self._lender is not None:
-            return self._lender._live_worker()
-        if self._worker is None:
-            from klineage.gate.pool import GateWorker, gpu_available
-            if not gpu_available():
-                raise NoDeviceError("no CUDA device found — run on a GPU machine or pass --replay to use "
-                                    "recorded evaluations")
-            self._worker = GateWorker()
-        return self._worker
-
     def with_config(self, config: GateConfig, share_worker: bool = True) -> "Gate":
-        """A gate on the same store with other settings; it shares this gate's worker process, or
-        starts its own on first live use when `share_worker` is False (see `repeat` for timing rounds)."""
-        if self.executor is not None:  # the executor's workers: a group of its own for a fresh process
-            g = Gate(self.store, config, executor=self.executor,
-                     group=self._group if share_worker else self.executor.new_group(), owns_group=not share_worker,
-                     build_stored=self.build_stored)
-            g.compile_log = self.compile_log
-            return g
-        g = Gate(self.store, config, build_stored=self.build_stored)
-        if share_worker:
-            g._lender = self._lender or self
+        """A gate on the same store and executor with other settings; it shares this gate's worker
+        group, or takes a group of its own (a fresh worker process on its first live use, closed with
+        it) when `share_worker` is False (see `repeat` for timing rounds)."""
+        g = Gate(self.store, config, executor=self.executor,
+                 group=self._group if share_worker else self.executor.new_group(), owns_group=not share_worker,
+                 build_stored=self.build_stored)
         g.compile_log = self.compile_log
         return g
 
@@ -371,7 +352,5 @@ class Gate:
         for g in self._repeats.values():
             g.close()
         self._repeats.clear()
-        if self.executor is not None and self._owns_group:
+        if self._owns_group:  # a gate that shares its group leaves the worker to the group's owner
             self.executor.release(self._group)
-        if self._worker is not None:  # a gate that borrows its worker leaves it to the lender
-            self._worker.close()

@@ -41,7 +41,7 @@ from klineage.apply.retrieve import workload_facts
 from klineage.gate.gate import kernel_hash
 from klineage.heldout import similarity, stats
 from klineage.heldout.instances import FAMILIES, Instance, fallback_hash
-from klineage.heldout.run import foreign_library, produced_source
+from klineage.heldout.sources import foreign_library, produced_source
 from klineage.workload import ALIAS_KEY, OFFSET_KEY
 
 SCHEMA = "klineage.heldout/1"

@@ -55,17 +55,19 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from klineage import settings
-from klineage.apply.loop import ApplyConfig, apply, retrieved_skills, spends_budget
-from klineage.apply.materialize import bake, check_sweep_axes, tunables
-from klineage.apply.retrieve import workload_facts
+from klineage.apply.engine import gate_for
+from klineage.apply.loop import ApplyConfig, apply, spends_budget
+from klineage.apply.materialize import check_sweep_axes
 from klineage.errors import ReplayMissingError
 from klineage.gate.gate import DEFAULT_TIMING, Gate, GateConfig, GateResult, kernel_hash
 from klineage.heldout import stats
-from klineage.heldout.instances import FAMILIES, Instance
+from klineage.heldout.instances import Instance
+from klineage.heldout.plan import first_sweep_round, plan, structural_paths  # noqa: F401 (callers')
+from klineage.heldout.sources import foreign_library, produced_source, random_seed, skill_sources  # noqa: F401
 
 CONDITIONS = ("idiom", "skills", "control-random", "control-foreign", "llm")
 COMPLETE = ("PASSED", "FAILED")  # decided rows a resumed run reuses
@@ -126,15 +128,28 @@ class HeldoutConfig:
         return GateConfig(timing={**DEFAULT_TIMING, **self.timing})
 
 
+@dataclass(frozen=True)
+class Arm:
+    """One search of a condition: a configuration of the search engine (klineage.apply.loop.apply)
+    from the instance's `start` kernel ("idiom" or "naive"), under the budget its arms have left."""
+    name: str
+    start: str
+    materializers: tuple[str, ...]
+    sweep: dict | None = None       # ApplyConfig.sweep: None (steered) or the random control's draw
+    structural: dict | None = None  # ApplyConfig.structural
+
+    def config(self, cfg: HeldoutConfig, budget: int) -> ApplyConfig:
+        llm = self.name == "llm"
+        return ApplyConfig(materializers=self.materializers, budget_steps=budget, admission=cfg.admission,
+                           sweep=self.sweep, sweep_rounds=cfg.sweep_rounds if self.sweep is None else 1,
+                           sweep_axes=cfg.sweep_axes, budget_usd=cfg.budget_usd if llm else None,
+                           model=cfg.model if llm else None, structural=self.structural)
+
+
 def run_id_for(instances: list[Instance], cfg: HeldoutConfig, library: list[dict]) -> str:
     blob = json.dumps({"instances": [i.identity() for i in instances], "config": cfg.to_dict(),
                        "library": sorted(s["skill_id"] for s in library)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def random_seed(seed: int, instance: str) -> int:
-    """The random control's seed for one instance: its own stream, the same on every machine."""
-    return int(hashlib.sha256(f"{seed}:{instance}".encode()).hexdigest()[:8], 16)
 
 
 def llm_status(replay: bool, model: str | None = None, budget_usd: float | None = None,
@@ -147,29 +162,6 @@ def llm_status(replay: bool, model: str | None = None, budget_usd: float | None 
     from klineage.apply import llm as llm_mod
     backend = llm_mod.AnthropicBackend(model or llm_mod.DEFAULT_MODEL, env=env)
     return llm_mod.LLMMaterializer(backend, budget_usd=budget_usd, model=model), None
-
-
-# -- the library, by family ----------------------------------------------------------------------------
-
-def skill_sources(store, library: list[dict]) -> dict[str, list[str]]:
-    """{skill_id: workloads it was mined from}: its evidence's lineages, and its cards' measured cases."""
-    by_evidence = store.skill_source_workloads()
-    out = {}
-    for s in library:
-        cases = {c.get("workload") for c in (s["card"].get("effects") or {}).get("per_case") or [] if c.get("workload")}
-        out[s["skill_id"]] = sorted(set(by_evidence.get(s["skill_id"], [])) | cases)
-    return out
-
-
-def foreign_library(library: list[dict], sources: dict[str, list[str]], families: tuple[str, ...]) -> list[dict]:
-    """The skills every one of whose source workloads has a family in `families` (a skill with an
-    unknown source family is never foreign)."""
-    keep = []
-    for s in library:
-        fams = {workload_facts(w)[0] for w in sources.get(s["skill_id"], [])}
-        if fams and "" not in fams and fams <= set(families):
-            keep.append(s)
-    return keep
 
 
 # -- the reference -------------------------------------------------------------------------------------
@@ -218,29 +210,11 @@ class _FinalGates:
         self.gates = [gate.repeat(FIRST_FINAL_ROUND + k) for k in range(rounds)]
 
     def evaluate(self, k: int, source: str, wl, flags: tuple[str, ...], origin: str, replay: bool) -> GateResult:
-        g = self.gates[k]
-        if flags:
-            g = g.with_config(replace(g.config, extra_flags=tuple(g.config.extra_flags) + tuple(flags)))
-        return g.evaluate(source, wl, origin=origin, replay=replay)
+        return gate_for(self.gates[k], flags).evaluate(source, wl, origin=origin, replay=replay)
 
     def close(self) -> None:
         for g in self.gates:
             g.close()
-
-
-def _flags_config(flags) -> dict[str, int]:
-    out = {}
-    for f in flags or ():
-        m = re.fullmatch(r"-D(\w+)=(-?\d+)", f)
-        if m:
-            out[m.group(1)] = int(m.group(2))
-    return out
-
-
-def produced_source(source: str, flags) -> str:
-    """The kernel as it ran: sweep flags written into its source."""
-    cfg = _flags_config(flags)
-    return bake(source, cfg) if cfg else source
 
 
 def _shape_id(shape: dict) -> str:
@@ -268,47 +242,43 @@ class _InstanceRun:
     def idiom(self) -> dict:
         return self.finalize("idiom", self.inst.starts["idiom"][1], (), arms=[], used=0, library=None)
 
-    def arms(self, cond: str) -> tuple[list[tuple], list[dict]]:
-        """The condition's arms, (name, start kind, materializers, sweep spec, structural spec), and
-        the library it retrieves from."""
+    def arms(self, cond: str) -> tuple[list[Arm], list[dict]]:
+        """The condition's arms (each a configuration of the search engine from a start) and the
+        library it retrieves from."""
         c, inst = self.ctx, self.inst
         if c.cfg.structural and cond != "llm":
             start = "naive" if inst.family == "reduction" and "naive" in inst.starts else "idiom"
             if cond == "control-random":
                 seed = random_seed(c.cfg.seed, inst.name)
-                return [("random", start, ("rules", "sweep"), {"mode": "random", "points": c.cfg.budget, "seed": seed},
-                         {"mode": "random", "seed": seed})], []
+                return [Arm("random", start, ("rules", "sweep"), {"mode": "random", "points": c.cfg.budget, "seed": seed},
+                            {"mode": "random", "seed": seed})], []
             library = c.library if cond == "skills" else c.foreign(inst.family)
-            return [("structural", start, ("rules", "sweep"), None, {"mode": "library"})], library
+            return [Arm("structural", start, ("rules", "sweep"), structural={"mode": "library"})], library
         if cond == "control-random":
             seed = random_seed(c.cfg.seed, inst.name)
-            return [("random", "idiom", ("sweep",), {"mode": "random", "points": c.cfg.budget, "seed": seed}, None)], []
+            return [Arm("random", "idiom", ("sweep",), {"mode": "random", "points": c.cfg.budget, "seed": seed})], []
         if cond == "llm":
-            return [("llm", "idiom", ("llm",), None, None)], c.library
-        arms = [("sweep", "idiom", ("sweep",), None, None)]
+            return [Arm("llm", "idiom", ("llm",))], c.library
+        arms = [Arm("sweep", "idiom", ("sweep",))]
         if inst.family == "reduction" and "naive" in inst.starts:
-            arms.append(("rules", "naive", ("rules", "sweep"), None, None))
+            arms.append(Arm("rules", "naive", ("rules", "sweep")))
         return arms, (c.library if cond == "skills" else c.foreign(inst.family))
 
     def search(self, cond: str) -> dict:
         c, inst = self.ctx, self.inst
         arms, library = self.arms(cond)
         done, used = [], 0
-        for name, start_kind, mats, sweep, structural in arms:
+        for arm in arms:
             left = c.cfg.budget - used
             if left <= 0 and done:
-                done.append({"arm": name, "start": start_kind, "skipped": "the budget was spent by the arms before"})
+                done.append({"arm": arm.name, "start": arm.start, "skipped": "the budget was spent by the arms before"})
                 continue
-            rel, start = inst.starts[start_kind]
-            acfg = ApplyConfig(materializers=mats, budget_steps=left, admission=c.cfg.admission, sweep=sweep,
-                               sweep_rounds=c.cfg.sweep_rounds if sweep is None else 1, sweep_axes=c.cfg.sweep_axes,
-                               budget_usd=c.cfg.budget_usd if name == "llm" else None, model=c.cfg.model if name == "llm" else None,
-                               structural=structural)
-            llm = c.llm_for_instance() if name == "llm" else None
-            run = apply(c.store, c.gate, self.wl, start, f"{c.root_text}/{rel}", acfg, llm=llm,
+            rel, start = inst.starts[arm.start]
+            llm = c.llm_for_instance() if arm.name == "llm" else None
+            run = apply(c.store, c.gate, self.wl, start, f"{c.root_text}/{rel}", arm.config(c.cfg, left), llm=llm,
                         replay=c.replay, progress=c.step_progress(inst.name, cond), skills=library)
             used += run["summary"]["evaluated"]
-            rec = _arm_record(name, start_kind, run)
+            rec = _arm_record(arm.name, arm.start, run)
             if llm is not None:
                 rec["spent_usd"] = run["summary"]["spent_usd"]
             if rec.get("best_eval_key"):
@@ -545,104 +515,3 @@ def write_outputs(report: dict, store, out: Path) -> dict:
             p.write_text(produced_source(k["source"], row.get("flags")))
             paths["kernels"].append(p)
     return paths
-
-
-def plan(instances: list[Instance], cfg: HeldoutConfig, store, llm_reason: str | None) -> dict:
-    """What a run would do, evaluating nothing (--dry-run)."""
-    from klineage.apply.materialize import make_buildable, sweep_space
-    buildable = make_buildable(cfg.sweep_axes)
-    library = store.skills()
-    sources = skill_sources(store, library)
-    fams = sorted({i.family for i in instances}, key=FAMILIES.index)
-    return {"conditions": list(cfg.conditions), "config": cfg.to_dict(),
-            "library": {"skills": len(library),
-                        "foreign": {f: sorted(s["name"] for s in foreign_library(library, sources, cfg.foreign.get(f, ())))
-                                    for f in fams}},
-            "llm": llm_reason or "runs",
-            "instances": [{"instance": i.name, "family": i.family, "starts": {k: v[0] for k, v in i.starts.items()},
-                           "tunables": tunables(i.starts["idiom"][1]),
-                           "sweep_space": sweep_space(i.starts["idiom"][1], buildable), "reference": i.workload.vendor_name,
-                           "fallback": i.fallback_name, **_first_steps(i, cfg, library, sources)}
-                          for i in instances]}
-
-
-def _first_steps(inst: Instance, cfg: HeldoutConfig, library: list[dict], sources: dict) -> dict:
-    """The plan of one instance: each searching condition's structural rewrites (with `structural`)
-    and first sweep round."""
-    paths = structural_paths(inst, cfg, library, sources)
-    out = {"first_sweep_round": first_sweep_round(inst, cfg, library, sources, paths=paths)}
-    if cfg.structural:
-        out["structural_path"] = {cond: [st["name"] for st in path] for cond, path in paths.items()}
-    return out
-
-
-def structural_paths(inst: Instance, cfg: HeldoutConfig, library: list[dict], sources: dict) -> dict[str, list[dict]]:
-    """structural_path of every searching condition of the run ({} without `structural`)."""
-    if not cfg.structural:
-        return {}
-    return {cond: structural_path(inst, cfg, library, sources, cond)
-            for cond in ("skills", "control-random", "control-foreign") if cond in cfg.conditions}
-
-
-def structural_path(inst: Instance, cfg: HeldoutConfig, library: list[dict], sources: dict, cond: str) -> list[dict]:
-    """The structural rewrites a searching condition gates from its start if each is kept (what the
-    run's search does when every one pays): [{"name", "source"}], in order, each on the kernel the ones
-    before it made; retrieval without a measured bottleneck class, as first_sweep_round."""
-    from klineage.apply.loop import ApplyConfig, _next_structural
-    from klineage.apply.materialize import RulesMaterializer
-    from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
-    start = "naive" if inst.family == "reduction" and "naive" in inst.starts else "idiom"
-    src = inst.starts[start][1]
-    if cond == "control-random":
-        lib, spec = [], {"mode": "random", "seed": random_seed(cfg.seed, inst.name)}
-    else:
-        lib, spec = (library if cond == "skills" else foreign_library(library, sources, cfg.foreign.get(inst.family, ()))), {"mode": "library"}
-    acfg = ApplyConfig(materializers=("rules",), admission=cfg.admission, structural=spec)
-    mat, out, tried = RulesMaterializer(structural=True), [], set()
-    while True:
-        key = kernel_hash(src)
-        retrieval = retrieve(lib, target_facts(inst.workload, src, PLATFORM_H200, None), admission=cfg.admission)
-        entry = _next_structural(acfg, retrieval, tried, key, src, inst.workload)
-        if entry is None:
-            return out
-        tried.add((key, "rules" + entry["skill_id"]))
-        skill = entry.get("skill") or next(s for s in lib if s["skill_id"] == entry["skill_id"])
-        got = mat.propose(skill, src, inst.workload)
-        if got:
-            src = got[0].source
-            out.append({"name": entry["name"], "source": src})
-
-
-def first_sweep_round(inst: Instance, cfg: HeldoutConfig, library: list[dict], sources: dict,
-                      rounds: int = 1, paths: dict | None = None) -> dict:
-    """The points each searching condition gates first on the idiom kernel (with `structural`, on the
-    kernel its structural rewrites make if each is kept: structural_path, or `paths` given), as far
-    as the kernel's static facts decide them: retrieval without the start's measured bottleneck class
-    (the run adds it, which can drop a skill whose precondition names one), then the steered sweep
-    (with `rounds` > 1, as many rounds' points of the start's sweep order: what the steered search
-    gates where no round keeps a winner); the random control's first `budget` draws, exactly (a draw
-    nvcc refuses is then replaced by the next)."""
-    from klineage.apply.materialize import MAX_SWEEP, make_buildable, next_points, random_points, sweep_order
-    from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
-    buildable = make_buildable(cfg.sweep_axes)
-
-    def kernel(cond: str) -> str:
-        if not cfg.structural:
-            return inst.starts["idiom"][1]
-        path = (paths or {}).get(cond)
-        if path is None:
-            path = structural_path(inst, cfg, library, sources, cond)
-        start = "naive" if inst.family == "reduction" and "naive" in inst.starts else "idiom"
-        return path[-1]["source"] if path else inst.starts[start][1]
-    out = {}
-    for cond in ("skills", "control-foreign"):
-        if cond in cfg.conditions:
-            src = kernel(cond)
-            lib = library if cond == "skills" else foreign_library(library, sources, cfg.foreign.get(inst.family, ()))
-            ranked = retrieved_skills(lib, retrieve(lib, target_facts(inst.workload, src, PLATFORM_H200, None),
-                                                    admission=cfg.admission))
-            out[cond] = next_points(src, sweep_order(src, ranked, buildable), rounds * (MAX_SWEEP - 1), buildable)
-    if "control-random" in cfg.conditions:
-        out["control-random"] = random_points(kernel("control-random"), cfg.budget, random_seed(cfg.seed, inst.name),
-                                              buildable)[1:]
-    return out

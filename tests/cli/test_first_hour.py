@@ -16,6 +16,7 @@ from rich.console import Console
 
 from klineage.cli import main
 from klineage.clidoc import walk
+from klineage.exec import serial
 from klineage.gate import gate as gate_mod
 from klineage.gate.compile import CompileResult
 from klineage.gate.gate import Gate, GateConfig, arch_needs, kernel_hash
@@ -103,7 +104,7 @@ def _fake_build(source, arch, flags=(), *a, **k):
 def test_a_replay_miss_names_the_field_that_differs(tmp_path, monkeypatch, field, change, words):
     store = open_store(tmp_path / "t.duckdb")
     store.import_evaluations(ROOT / "skills_db" / "evaluations" / "mine_corpus_h200.jsonl.gz")
-    monkeypatch.setattr(gate_mod, "compile_kernel", _fake_build)
+    monkeypatch.setattr(serial, "compile_kernel", _fake_build)
     cfg = load_config(ROOT / "pipelines" / "mine.toml")[0].gate_config()
     for k, v in change.items():
         setattr(cfg, k, v)

@@ -1,5 +1,5 @@
 """Which worker process a gate's evaluation runs in: gates made by with_config share their lender's
-worker (started by whichever asks first), and a repeat round has one worker of its own, never the
+worker group (its worker started by whichever asks first), and a repeat round has one worker of its own, never the
 search's, shared by every repeat of that round."""
 from __future__ import annotations
 
@@ -36,11 +36,16 @@ def _flags(g: Gate, *flags: str) -> Gate:
     return g.with_config(replace(g.config, extra_flags=tuple(flags)))
 
 
+def _worker(g: Gate):
+    """The worker process the gate's live evaluations run in (its serial executor's, of its group)."""
+    return g.executor.worker(g.group)
+
+
 def test_a_borrower_that_asks_first_starts_its_lenders_worker(workers):
     root = Gate(None, GateConfig())
     a, b = _flags(root, "-DX=1"), _flags(root, "-DX=2")
-    w = a._live_worker()  # the root has not asked yet
-    assert b._live_worker() is w and root._live_worker() is w and _flags(a, "-DY=3")._live_worker() is w
+    w = _worker(a)  # the root has not asked yet
+    assert _worker(b) is w and _worker(root) is w and _worker(_flags(a, "-DY=3")) is w
     assert len(workers) == 1
     a.close()  # a borrower leaves the worker to its lender
     assert not w.closed
@@ -50,14 +55,14 @@ def test_a_borrower_that_asks_first_starts_its_lenders_worker(workers):
 
 def test_each_repeat_round_has_one_worker_of_its_own(workers):
     root = Gate(None, GateConfig())
-    main = root._live_worker()
+    main = _worker(root)
     r2 = root.repeat(2)
     assert r2 is root.repeat(2) and r2.config.round == 2 and root.repeat(3).config.round == 3
-    w2 = _flags(r2, "-DX=1")._live_worker()
+    w2 = _worker(_flags(r2, "-DX=1"))
     assert w2 is not main
     # every later repeat of round 2, with any flags, runs in that same process
-    assert _flags(root.repeat(2), "-DX=2")._live_worker() is w2 and r2._live_worker() is w2
-    w3 = root.repeat(3)._live_worker()
+    assert _worker(_flags(root.repeat(2), "-DX=2")) is w2 and _worker(r2) is w2
+    w3 = _worker(root.repeat(3))
     assert len({id(main), id(w2), id(w3)}) == 3 and len(workers) == 3
     with pytest.raises(ValueError, match="round 2 or later"):
         root.repeat(1)

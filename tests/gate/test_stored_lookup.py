@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from klineage.errors import WorkloadError
-from klineage.gate import gate as gate_mod
+from klineage.exec import serial as gate_builds  # where a gate without an executor builds
 from klineage.gate.compile import CompileResult
 from klineage.gate.gate import Gate, Status, kernel_hash
 from klineage.gate.worker import MIN_TIMED_REPS, fit_to_budget
@@ -38,7 +38,7 @@ def test_a_stored_record_is_returned_without_building(tmp_path, monkeypatch):
 
     def no_build(*a, **k):
         raise AssertionError("built a kernel whose evaluation is stored")
-    monkeypatch.setattr(gate_mod, "compile_kernel", no_build)
+    monkeypatch.setattr(gate_builds, "compile_kernel", no_build)
     res = Gate(store, cfg).evaluate(src, wl, replay=True)
     assert res.status == Status.PASSED and res.source == "replayed"
     assert res.timing and res.timing[0]["latency_us"] > 0
@@ -55,7 +55,7 @@ def test_a_kernel_without_a_record_is_built(tmp_path, monkeypatch):
         built.append(kernel_hash(source))
         return CompileResult(False, "k", arch, list(flags), "", "", error_kind="nvcc_error",
                              error_message="scripted failure")
-    monkeypatch.setattr(gate_mod, "compile_kernel", failing_build)
+    monkeypatch.setattr(gate_builds, "compile_kernel", failing_build)
     res = Gate(store, cfg).evaluate(src, wl, replay=True)
     assert built == [kernel_hash(src)]
     assert res.status == Status.COMPILE_ERROR
@@ -96,12 +96,12 @@ def test_build_stored_builds_a_kernel_whose_record_is_stored(tmp_path, monkeypat
     store, _, cfg = _store_with_gate_records(tmp_path)
     wl = load_workload(ROW_SUM)
     src = (ROW_SUM / "expert.cu").read_text()
-    real, built = gate_mod.compile_kernel, []
+    real, built = gate_builds.compile_kernel, []
 
     def counting_build(source, arch, flags):
         built.append(kernel_hash(source))
         return real(source, arch, flags)
-    monkeypatch.setattr(gate_mod, "compile_kernel", counting_build)
+    monkeypatch.setattr(gate_builds, "compile_kernel", counting_build)
     res = Gate(store, cfg, build_stored=True).evaluate(src, wl, replay=True)
     assert built == [kernel_hash(src)]
     assert res.status == Status.PASSED and res.source == "replayed"

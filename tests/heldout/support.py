@@ -154,7 +154,7 @@ class ScriptedWorker:
 def script_gpu(monkeypatch, broken_vendor=(), wrong=None) -> dict:
     """Route the real Gate's live path to ScriptedWorker instances (one per worker the gate starts);
     returns the state: {"builds", "workers"}."""
-    import klineage.gate.gate as gate_mod
+    import klineage.exec.serial as serial
     import klineage.gate.pool as pool
     from klineage.gate.compile import compile_kernel
 
@@ -172,7 +172,7 @@ def script_gpu(monkeypatch, broken_vendor=(), wrong=None) -> dict:
         state["workers"].append(w)
         return w
 
-    monkeypatch.setattr(gate_mod, "compile_kernel", compile_and_note)
+    monkeypatch.setattr(serial, "compile_kernel", compile_and_note)
     monkeypatch.setattr(pool, "GateWorker", new_worker)
     monkeypatch.setattr(pool, "gpu_available", lambda: True)
     return state
