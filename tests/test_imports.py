@@ -27,7 +27,6 @@ PACKAGE = ROOT / "klineage"
 
 # Circles other branches are removing; empty once they merge.
 KNOWN_CIRCLES = [
-    {"klineage.heldout.report", "klineage.heldout.run"},  # removed when branch i32s merges
 ]
 
 # third-party module -> the only places (module-name prefixes) that may import it
