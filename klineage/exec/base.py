@@ -138,13 +138,9 @@ class Executor:
         """A gate like `gate` whose compiles and live evaluations go through this executor and whose
         database writes go through a journal of `gate.store` (committed by map(), in unit order)."""
         from klineage.exec.journal import JournalStore
-        from klineage.gate.gate import Gate
         if gate.store is not None and (self._journal is None or self._journal._base is not gate.store):
             self._journal = JournalStore(gate.store)
-        bound = Gate(self._journal if gate.store is not None else None, gate.config, executor=self,
-                     build_stored=gate.build_stored)
-        bound.compile_log = gate.compile_log
-        return bound
+        return gate.through(self, self._journal if gate.store is not None else None)
 
     def map(self, fn: Callable, items: Iterable, sequential: bool = False) -> Iterator:
         """fn(item) for each item, run as concurrent units; yields the results in input order, each

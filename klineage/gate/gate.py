@@ -324,6 +324,13 @@ class Gate:
         from klineage.errors import read_source
         return self.evaluate(read_source(p), workload, origin=str(p), **kw)
 
+    def through(self, executor, store) -> "Gate":
+        """A gate of this one's configuration whose compiles and live evaluations go through
+        `executor` and whose database writes go to `store` (klineage.exec's Executor.bind)."""
+        bound = Gate(store, self.config, executor=executor, build_stored=self.build_stored)
+        bound.compile_log = self.compile_log
+        return bound
+
     def with_config(self, config: GateConfig, share_worker: bool = True) -> "Gate":
         """A gate on the same store and executor with other settings; it shares this gate's worker
         group, or takes a group of its own (a fresh worker process on its first live use, closed with
