@@ -47,6 +47,11 @@ class SerialExecutor(Executor):
         raw["env"] = raw.get("env") or worker.env_info
         return raw
 
+    def bind(self, gate):
+        """`gate` itself: a serial run compiles, evaluates and writes through the gate as it is (its
+        own worker, its own store), in this thread."""
+        return gate
+
     def claim(self, key):
         """Nothing runs beside this process's one unit: no claim to wait on."""
         return contextlib.nullcontext()

@@ -23,6 +23,7 @@ from typing import Callable
 
 from klineage import settings
 from klineage.errors import ReplayMissingError
+from klineage.exec.serial import SerialExecutor
 from klineage.gate.gate import Gate, GateConfig, kernel_hash
 from klineage.lineage import admit as admit_mod
 from klineage.lineage import probe as probe_mod
@@ -92,11 +93,8 @@ def workload_dirs(transitions: list[dict], known: dict[str, Path]) -> dict[str, 
 
 
 def _probe_runner(pr, executor):
-    """pr.run, or (with an executor) pr.run one kernel at a time: neighbouring steps share a kernel,
-    and its probes run once, as in a serial pass."""
-    if executor is None:
-        return pr.run
-
+    """pr.run one kernel at a time: neighbouring steps share a kernel, and its probes run once, as in
+    a serial pass (a serial executor's claim is no wait)."""
     def run(source):
         with executor.claim(("probe", pr.wl.name, kernel_hash(source))):
             return pr.run(source)
@@ -109,6 +107,7 @@ def analyze_transitions(transitions: list[dict], source_of: Callable[[str], str 
     """The analysis of every transition; with an `executor` (klineage.exec) the transitions run as
     concurrent units and their results are merged in transition order."""
     progress = progress or (lambda *a, **k: None)
+    executor = executor or SerialExecutor()
     an = Analysis()
     rec_gate = _Recording(gate, an.evaluations)
     probers = {name: probe_mod.Prober(rec_gate, wl, replay) for name, wl in workloads.items()} if cfg.probes else {}
@@ -156,7 +155,7 @@ def analyze_transitions(transitions: list[dict], source_of: Callable[[str], str 
         return tid, out, missing
 
     try:
-        for tid, out, missing in (map(one, transitions) if executor is None else executor.map(one, transitions)):
+        for tid, out, missing in executor.map(one, transitions):
             an.missing += missing
             an.per_transition[tid] = out
     finally:
@@ -203,6 +202,7 @@ def run_admission(skills: list[dict], transitions: list[dict], source_of: Callab
     """Admission verdicts for every skill card, into an.admission (with an `executor`, the skills
     run as concurrent units, merged in skill order); `rewrites` as AnalysisConfig.admission_rewrites."""
     structural = rewrites == "structural"
+    executor = executor or SerialExecutor()
     rec_gate = _Recording(gate, an.evaluations)
     states: dict[str, list[tuple[str, str]]] = {}
     by_lineage: dict[str, list[dict]] = {}
@@ -225,6 +225,6 @@ def run_admission(skills: list[dict], transitions: list[dict], source_of: Callab
         return admit_mod.admit_skill(s["card"], targets, rec_gate, replay=replay, missing=missing,
                                      structural=structural), missing
 
-    for s, (verdict, missing) in zip(skills, map(one, skills) if executor is None else executor.map(one, skills)):
+    for s, (verdict, missing) in zip(skills, executor.map(one, skills)):
         an.admission[s["skill_id"]] = verdict
         an.missing += missing

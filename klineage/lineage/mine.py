@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from klineage.errors import KLineageError, read_source, read_toml
+from klineage.exec.serial import SerialExecutor
 from klineage.settings import display_path
 from klineage.lineage.analyze import AnalysisConfig, analyze_transitions, run_admission, workload_dirs
 from klineage.lineage.lift import lift
@@ -180,8 +181,8 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
     summary = {"lineages": [], "missing": [], "evaluations": {}, "phases": {}}
     evals = []
     known: dict = {}  # workload name -> folder, for the analysis pass
-    if executor is not None:
-        gate = executor.bind(gate)
+    executor = executor or SerialExecutor()
+    gate = executor.bind(gate)
 
     def walk(tgt: Target):
         wl = load_workload(tgt.workload_dir)
@@ -192,8 +193,7 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
         start = proposer.top.source if tgt.proposer == "versions" else read_source(tgt.start)
         return tgt, wl, walker, walker.run(start, origin=display_path(tgt.start))
 
-    walks = (map(walk, run.targets) if executor is None
-             else executor.map(walk, run.targets, sequential=any(t.proposer == "llm" for t in run.targets)))
+    walks = executor.map(walk, run.targets, sequential=any(t.proposer == "llm" for t in run.targets))
     for tgt, wl, walker, lin in walks:
         known[wl.name] = tgt.workload_dir
         store.put_lineage(lin)
