@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from klineage.cli.common import (arch_option, bad_input, clip, counts_text, db_option, echo_preview, json_option,
-                                 library_errors, main, make_llm, open_db)
+                                 library_errors, main, reads_library, make_llm, open_db)
 from klineage.errors import ExitCode, read_source
 from klineage.report.text import table
 
@@ -204,9 +204,7 @@ def execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, ga
 
 
 @apply_cmd.command("list")
-@db_option
-@json_option
-@library_errors
+@reads_library
 def apply_list(db_path, as_json):
     """List stored apply runs: id, workload, stop reason, skills kept."""
     with open_db(db_path) as store:
@@ -226,9 +224,7 @@ def apply_list(db_path, as_json):
 
 @apply_cmd.command("show")
 @click.argument("run_id")
-@db_option
-@json_option
-@library_errors
+@reads_library
 def apply_show(run_id, db_path, as_json):
     """Replay a stored apply trajectory (RUN: a run id or its prefix)."""
     with open_db(db_path) as store:

@@ -102,6 +102,12 @@ def library_errors(fn):
 _DEBUG = {"on": False}
 
 
+def reads_library(fn):
+    """A command that reads a library: --db (read-only), --json, and library errors as one-line
+    click errors."""
+    return db_option(json_option(library_errors(fn)))
+
+
 class _Main(click.Group):
     """The root group: an unexpected exception is one line (and exit 1) unless --debug is given;
     Ctrl-C exits 130."""

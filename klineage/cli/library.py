@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from klineage.cli.common import bad_input, db_option, json_option, library_errors, main, open_db
+from klineage.cli.common import bad_input, db_option, json_option, library_errors, main, reads_library, open_db
 from klineage.report.text import format_lineage, format_lineages_table, format_skills_table
 
 
@@ -43,9 +43,7 @@ def lineage_group():
 
 
 @lineage_group.command("list")
-@db_option
-@json_option
-@library_errors
+@reads_library
 def lineage_list(db_path, as_json):
     """List lineages: workload, proposer, steps, rejections, termination."""
     with open_db(db_path) as store:
@@ -63,9 +61,7 @@ def lineage_list(db_path, as_json):
 
 @lineage_group.command("show")
 @click.argument("ident")
-@db_option
-@json_option
-@library_errors
+@reads_library
 def lineage_show(ident, db_path, as_json):
     """Show one lineage (id prefix, or WORKLOAD/PROPOSER): states, steps, rejections."""
     with open_db(db_path) as store:
@@ -81,9 +77,7 @@ def skills_group():
 
 
 @skills_group.command("list")
-@db_option
-@json_option
-@library_errors
+@reads_library
 def skills_list(db_path, as_json):
     """List skills with their median measured speedup."""
     with open_db(db_path) as store:
@@ -98,9 +92,7 @@ def skills_list(db_path, as_json):
 
 @skills_group.command("show")
 @click.argument("ident")
-@db_option
-@json_option
-@library_errors
+@reads_library
 def skills_show(ident, db_path, as_json):
     """Show one skill card. IDENT: a name (wgmma/warpgroup-mma), an id or its prefix, or a name or
     mechanism prefix (wgmma) that only one skill has; an ambiguous IDENT lists the candidates."""
@@ -129,9 +121,7 @@ def _find_skill(store, ident: str) -> dict:
 
 @skills_group.command("why")
 @click.argument("ident")
-@db_option
-@json_option
-@library_errors
+@reads_library
 def skills_why(ident, db_path, as_json):
     """Every precondition and risk of one skill, with the probe, source line or record behind it."""
     from klineage.report.text import format_skill_why, skill_why
@@ -142,9 +132,7 @@ def skills_why(ident, db_path, as_json):
 
 
 @skills_group.command("stats")
-@db_option
-@json_option
-@library_errors
+@reads_library
 def skills_stats(db_path, as_json):
     """Library counts: skills by admission status, the admission rate, evidence kinds."""
     from klineage.report.text import format_skill_stats, skill_stats

@@ -200,7 +200,8 @@ def _version_verdict(before: list[Feature], after: list[Feature], mechanism: str
     # a kind that a mechanism both kernels hold takes over (Mechanism.REPLACES) is no new kind when it
     # appears: a register-path staging loop in a fallback kernel beside the asynchronous copies it
     # stands in for
-    added_new = [a for a in added_forward if a == mechanism or a not in replaced_by(kinds_rich & kinds_simple)]
+    held = replaced_by(kinds_rich & kinds_simple)
+    added_new = [a for a in added_forward if a == mechanism or a not in held]
     if mechanism in known:
         allowed = {mechanism} | COMPANIONS.get(mechanism, frozenset())
         replaced = replaced_by(allowed)
