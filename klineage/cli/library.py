@@ -66,8 +66,13 @@ def lineage_show(ident, db_path, as_json):
     """Show one lineage (id prefix, or WORKLOAD/PROPOSER): states, steps, rejections."""
     with open_db(db_path) as store:
         lin = store.get_lineage(ident)
-    if lin is None:
-        raise bad_input(f"no single lineage matches {ident!r}: see `klineage lineage list`")
+        if lin is None:
+            lins = store.lineages()
+            hits = [l for l in lins if l["lineage_id"].startswith(ident) or
+                    f"{l['workload_name']}/{l['proposer']}".startswith(ident)] or lins
+            names = "\n".join(f"  {l['workload_name']}/{l['proposer']}  ({l['lineage_id'][:16]})" for l in hits[:20])
+            raise bad_input(f"no single lineage matches {ident!r} in {store.path}; name one of these "
+                            f"(WORKLOAD/PROPOSER or an id prefix):\n{names or '  none stored'}")
     click.echo(json.dumps(lin, indent=1) if as_json else format_lineage(lin))
 
 

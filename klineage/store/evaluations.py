@@ -88,13 +88,7 @@ class EvaluationRepository(Repository):
     def put_kernel(self, kernel_hash: str, source: str, origin_path: str | Path | None = None) -> bool:
         """Store a kernel's source unless its hash is present; True when inserted now."""
         origin = None if origin_path is None else str(origin_path)
-
-        def go(con):
-            if con.execute("SELECT 1 FROM kernels WHERE kernel_hash = ?", [kernel_hash]).fetchone():
-                return False
-            con.execute("INSERT INTO kernels VALUES (?, ?, ?, ?)", [kernel_hash, source, origin, now()])
-            return True
-        return self._write(go)
+        return self._insert_new("kernels", "kernel_hash", [kernel_hash, source, origin, now()])
 
     def get_kernel(self, kernel_hash: str) -> dict | None:
         rows = self._query("SELECT kernel_hash, source, origin_path, first_seen FROM kernels WHERE kernel_hash = ?",
@@ -113,11 +107,14 @@ class EvaluationRepository(Repository):
         except (TypeError, ValueError) as e:
             raise StoreError(f"workload {name} spec holds a value JSON cannot encode ({e}): "
                              "pass Workload.describe()") from e
+        return self._insert_new("workloads", "workload_hash", [workload_hash, name, spec_json, now()])
 
+    def _insert_new(self, table: str, key_column: str, row: list) -> bool:
+        """Insert `row` (its first value the key) unless its key is present; True when inserted now."""
         def go(con):
-            if con.execute("SELECT 1 FROM workloads WHERE workload_hash = ?", [workload_hash]).fetchone():
+            if con.execute(f"SELECT 1 FROM {table} WHERE {key_column} = ?", [row[0]]).fetchone():
                 return False
-            con.execute("INSERT INTO workloads VALUES (?, ?, ?, ?)", [workload_hash, name, spec_json, now()])
+            con.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(row))})", row)
             return True
         return self._write(go)
 

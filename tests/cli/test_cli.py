@@ -105,3 +105,17 @@ def test_evals_export_import_roundtrip(runner, tmp_path):
     r1 = json.loads(runner.invoke(main, ["evals", "list", "--db", str(db1), "--json"]).output)
     r2 = json.loads(runner.invoke(main, ["evals", "list", "--db", str(db2), "--json"]).output)
     assert r1 == r2 and len(r1) == n
+
+
+def test_lineage_show_names_the_candidates(runner, tmp_path):
+    """An id that names no single lineage lists the ones that could be meant (prefix matches, else all)."""
+    import shutil
+    db = tmp_path / "lib.duckdb"
+    shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
+    r = runner.invoke(main, ["lineage", "show", "row_sum", "--db", str(db)])
+    assert r.exit_code == 2, r.output
+    assert "row_sum/rules" in r.output and "row_sum/versions" in r.output and "swiglu/" not in r.output
+    r = runner.invoke(main, ["lineage", "show", "nope", "--db", str(db)])
+    assert r.exit_code == 2 and "swiglu/" in r.output and "row_sum/" in r.output
+    r = runner.invoke(main, ["lineage", "show", "row_sum/versions", "--db", str(db)])
+    assert r.exit_code == 0, r.output
