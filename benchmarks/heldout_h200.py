@@ -105,14 +105,14 @@ PREBUILD_GRID = 64  # a sweep grid this small is built whole: later sweep rounds
 def prebuild_jobs(instances, cfg, library, sources) -> list[tuple[str, tuple[str, ...]]]:
     """(source, flags) of every kernel the conditions will gate first, instance by instance in the
     run's order: each start kernel, the first sweep round of each searching condition
-    (klineage.heldout.run.first_sweep_round, what the dry run prints) and the unsteered one, and, when
+    (klineage.heldout.plan.first_sweep_round, what the dry run prints) and the unsteered one, and, when
     cfg.sweep_rounds > 1, the steered conditions' second round at the start (what they gate where the
     first keeps no winner) and the idiom kernel's whole sweep grid where it has at most PREBUILD_GRID points
     (each later round's points are one axis away from a winner); with cfg.sweep_axes = "buildable", only
     the grid's points the kernel's static checks accept. With cfg.structural, the start kernels only:
     the searching conditions sweep the kernels their structural rewrites make (StructuralBuild)."""
     from klineage.apply.materialize import buildable_only, make_buildable, point_flags, sweep_grid, sweep_points
-    from klineage.heldout.run import first_sweep_round
+    from klineage.heldout.plan import first_sweep_round
 
     buildable = make_buildable(cfg.sweep_axes)
     jobs = {}
@@ -166,12 +166,12 @@ class BackgroundBuild:
 
 
 def _structural_instance(args) -> list[tuple[str, tuple[str, ...]]]:
-    """(source, flags) of one instance's structural paths (klineage.heldout.run.structural_paths: the
+    """(source, flags) of one instance's structural paths (klineage.heldout.plan.structural_paths: the
     rewrites each searching condition gates if each is kept) and the first sweep round on their ends."""
     root, name, cfg, library, sources = args
     from klineage.apply.materialize import point_flags
     from klineage.heldout import load_instances
-    from klineage.heldout.run import first_sweep_round, structural_paths
+    from klineage.heldout.plan import first_sweep_round, structural_paths
     (inst,) = load_instances(root, None, [name])
     paths = structural_paths(inst, cfg, library, sources)
     jobs = {(st["source"], ()): None for path in paths.values() for st in path}
@@ -224,7 +224,7 @@ def write_front_end_answers(path: Path, instances, cfg) -> int:
     steered conditions' first two rounds, the prebuilt grids) and write the answers to `path`
     (klineage.gate.compile.export_front_end_answers)."""
     from klineage.gate.compile import export_front_end_answers
-    from klineage.heldout.run import skill_sources
+    from klineage.heldout.sources import skill_sources
     from klineage.store import open_store
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "lib.duckdb"
@@ -271,7 +271,8 @@ def main() -> int:
     from klineage.gate.gate import Gate
     from klineage.heldout import load_instances, run_heldout, write_outputs
     from klineage.heldout.instances import fallback_hash
-    from klineage.heldout.run import llm_status, skill_sources
+    from klineage.heldout.run import llm_status
+    from klineage.heldout.sources import skill_sources
     from klineage.pipelines import load_pipeline
     from klineage.store import open_store
     from klineage.gate.compile import FRONT_END_SUFFIX, export_front_end_answers

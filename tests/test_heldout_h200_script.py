@@ -13,7 +13,9 @@ import heldout_h200  # noqa: E402
 
 from klineage.apply.materialize import point_flags, sweep_grid  # noqa: E402
 from klineage.heldout import load_instances  # noqa: E402
-from klineage.heldout.run import HeldoutConfig, first_sweep_round, skill_sources  # noqa: E402
+from klineage.heldout.plan import first_sweep_round  # noqa: E402
+from klineage.heldout.run import HeldoutConfig  # noqa: E402
+from klineage.heldout.sources import skill_sources  # noqa: E402
 from klineage.store import open_store  # noqa: E402
 
 

@@ -11,9 +11,6 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-# BudgetExhausted, AnthropicBackend and DEFAULT_MODEL are imported from here by the search loop and the
-# held-out check (their rooms): keep them until those import klineage.llm directly.
-from klineage.llm import AnthropicBackend, BudgetExhausted, DEFAULT_MODEL  # noqa: F401
 from klineage.llm import Exchange, LLMError, LLMSession
 from klineage.templates import template_module
 

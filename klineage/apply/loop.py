@@ -30,7 +30,6 @@ from pathlib import Path
 
 from klineage.apply.engine import (Budget, RandomSweep, RetrievedRewrites, Search, SteeredSweep,
                                    StructuralRewrites)
-from klineage.apply.engine import next_structural, retrieved_skills, spends_budget, structural_order  # noqa: F401
 from klineage.apply.materialize import RulesMaterializer, check_sweep_axes, make_buildable, make_sweep
 from klineage.apply.retrieve import PLATFORM_H200
 from klineage.gate.gate import Gate, kernel_hash

@@ -106,7 +106,7 @@ def apply_plan(skills: list[dict], wl, start: str, cfg, llm, arch: str) -> dict:
     the start kernel (its bottleneck unknown until it is measured), the excluded ones with their
     reasons, and per backend its first candidate: the rules rewrite of the top skill that has one,
     the sweep's first round of points, the llm's exact prompt for the top retrieved skill."""
-    from klineage.apply.loop import retrieved_skills
+    from klineage.apply.engine import retrieved_skills
     from klineage.apply.materialize import RulesMaterializer, contract_text, make_buildable, make_sweep
     from klineage.apply.retrieve import retrieve, target_facts
     if not skills:

@@ -171,7 +171,8 @@ def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, f
     try:
         if dry_run:
             from klineage.heldout import load_instances
-            from klineage.heldout.run import llm_status, plan
+            from klineage.heldout.plan import plan
+            from klineage.heldout.run import llm_status
             from klineage.store.recorded import load_front_end
             load_front_end(hp.records, replay=replay)
             reason = llm_status(replay, hp.config.model, hp.config.budget_usd)[1] if "llm" in hp.config.conditions else None

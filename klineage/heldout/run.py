@@ -59,15 +59,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from klineage import settings
-from klineage.apply.engine import gate_for
-from klineage.apply.loop import ApplyConfig, apply, spends_budget
+from klineage.apply.engine import gate_for, spends_budget
+from klineage.apply.loop import ApplyConfig, apply
 from klineage.apply.materialize import check_sweep_axes
 from klineage.errors import ReplayMissingError
 from klineage.gate.gate import DEFAULT_TIMING, Gate, GateConfig, GateResult, kernel_hash
 from klineage.heldout import stats
 from klineage.heldout.instances import Instance
-from klineage.heldout.plan import first_sweep_round, plan, structural_paths  # noqa: F401 (callers')
-from klineage.heldout.sources import foreign_library, produced_source, random_seed, skill_sources  # noqa: F401
+from klineage.heldout.sources import foreign_library, produced_source, random_seed, skill_sources
 
 CONDITIONS = ("idiom", "skills", "control-random", "control-foreign", "llm")
 COMPLETE = ("PASSED", "FAILED")  # decided rows a resumed run reuses
@@ -159,9 +158,10 @@ def llm_status(replay: bool, model: str | None = None, budget_usd: float | None 
         return None, "not run: ANTHROPIC_API_KEY is not set (the llm condition runs only with a key)"
     if replay:
         return None, "not run: --replay, and the held-out check records no model exchanges to replay"
-    from klineage.apply import llm as llm_mod
-    backend = llm_mod.AnthropicBackend(model or llm_mod.DEFAULT_MODEL, env=env)
-    return llm_mod.LLMMaterializer(backend, budget_usd=budget_usd, model=model), None
+    from klineage.apply.llm import LLMMaterializer
+    from klineage.llm import DEFAULT_MODEL, AnthropicBackend
+    backend = AnthropicBackend(model or DEFAULT_MODEL, env=env)
+    return LLMMaterializer(backend, budget_usd=budget_usd, model=model), None
 
 
 # -- the reference -------------------------------------------------------------------------------------

@@ -18,10 +18,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-from klineage.lineage.ladder import (ProposerError, RungOrder, Version, audit_ladder_step,  # noqa: F401
-                                     declared_mechanism, declared_mechanisms, ladder_from_folder, ladder_from_git,
+from klineage.lineage.ladder import (ProposerError, RungOrder, Version, audit_ladder_step, ladder_from_folder,
                                      parent_index, structural_held)
-from klineage.lineage.proposal import Proposal, source_hash  # noqa: F401
+from klineage.lineage.proposal import Proposal, source_hash
 from klineage.mechanisms import ORDER, Kernel, registry
 from klineage.mechanisms.base import Applied, Feature
 

@@ -18,7 +18,7 @@ import duckdb
 
 from klineage.errors import StoreError
 from klineage.store.base import Repository
-from klineage.store.evaluations import RECORD_KEYS, EvaluationRepository  # noqa: F401  (store.db.RECORD_KEYS)
+from klineage.store.evaluations import EvaluationRepository
 from klineage.store.heldout import HeldoutRepository
 from klineage.store.library import ApplyRepository, LibraryRepository, PipelineRunRepository
 from klineage.store.migrations import migrate, pending

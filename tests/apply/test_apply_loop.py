@@ -340,7 +340,7 @@ def test_a_sweep_point_nvcc_refuses_spends_no_budget_and_the_random_control_draw
     """The random control gates its seeded draws until `points` candidates have built and run: a draw
     nvcc refused is recorded (COMPILE_ERROR) and the next draw takes its place; the steered sweep
     likewise. Other candidates spend the budget whatever their verdict."""
-    from klineage.apply.loop import spends_budget
+    from klineage.apply.engine import spends_budget
     from klineage.apply.materialize import point_flags, random_points, sweep_grid
     d = ROOT / "apply_workloads" / "gelu"
     wl = load_workload(d)
@@ -456,7 +456,7 @@ def test_structural_skills_come_first_one_per_step_then_the_sweep(lib):
 
 
 def test_the_random_control_takes_the_same_rewriters_in_a_seeded_order_without_the_library(lib):
-    from klineage.apply.loop import structural_order
+    from klineage.apply.engine import structural_order
     wl = load_workload(RMSNORM)
     start = (ROOT / "heldout" / "kernels" / "rmsnorm_naive.cu").read_text()
     order = structural_order({"mode": "random", "seed": 7})

@@ -33,7 +33,7 @@ from klineage.gate.gate import DEFAULT_SEEDS, GateConfig, kernel_hash
 from klineage.heldout import similarity, stats
 from klineage.heldout.instances import fallback_hash
 from klineage.heldout.records import LIBRARY_SUFFIX, write_library_record
-from klineage.heldout.run import random_seed
+from klineage.heldout.sources import random_seed
 from klineage.pipelines import load_pipeline
 from klineage.store import open_store
 from klineage.workload import load_workload

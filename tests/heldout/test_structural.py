@@ -11,9 +11,9 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from klineage.apply.loop import structural_order
+from klineage.apply.engine import structural_order
 from klineage.cli import main
-from klineage.heldout.run import random_seed
+from klineage.heldout.sources import random_seed
 from klineage.mechanisms.shapes import rowwise
 
 from tests.heldout.support import FIXTURES, make_library, script_gpu

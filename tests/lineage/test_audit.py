@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from klineage.lineage.audit import audit_rederived, audit_rules
-from klineage.lineage.proposers import Proposal, RulesProposer
+from klineage.lineage.proposal import Proposal
+from klineage.lineage.proposers import RulesProposer
 from klineage.lineage.walk import Limits, Walker
 from klineage.mechanisms import detect_all
 from klineage.mechanisms.base import Feature
