@@ -29,7 +29,10 @@ from dataclasses import dataclass, field
 
 from klineage import settings
 from klineage.lineage.probe import KIND_TEXT
+from klineage.errors import StoreError
 from klineage.mechanisms import detect_all
+from klineage.records import SkillCard
+from klineage.records.skill_card import Precondition
 from klineage.workload import ALIAS_KEY, OFFSET_KEY, Workload, load_workload
 
 PLATFORM_H200 = "NVIDIA H200 (sm_90)"
@@ -105,8 +108,8 @@ def target_facts(wl: Workload, source: str, platform: str = PLATFORM_H200, start
         bottleneck=bottleneck_of(start_result))
 
 
-def _probe_kind(item: dict) -> str | None:
-    name = item.get("probe") or ""
+def _probe_kind(item: Precondition) -> str | None:
+    name = item.probe or ""
     kind = name.split(":", 1)[0]
     return kind if kind in KIND_TEXT else None
 
@@ -126,12 +129,11 @@ def _kind_verdict(kind: str, t: TargetFacts) -> tuple[str, str]:
     return ("unchecked", "the contract does not bound input values; the risk stays on the card")
 
 
-def check_precondition(category: str, item: dict, t: TargetFacts) -> dict:
+def check_precondition(category: str, item: Precondition, t: TargetFacts) -> dict:
     """One precondition against the target: {category, condition, source, verdict, reason}."""
-    out = {"category": category, "condition": item["condition"], "source": item.get("source"),
-           "kernel": item.get("kernel")}
-    cond = item["condition"]
-    src = item.get("source")
+    out = {"category": category, "condition": item.condition, "source": item.source, "kernel": item.kernel}
+    cond = item.condition
+    src = item.source
     if cond.startswith("handled in code"):
         return {**out, "verdict": "holds", "reason": "the carrier itself handles the case"}
     if category == "hardware":
@@ -152,16 +154,16 @@ def check_precondition(category: str, item: dict, t: TargetFacts) -> dict:
     kind = _probe_kind(item)
     if kind:
         verdict, why = _kind_verdict(kind, t)
-        return {**out, "verdict": verdict, "reason": why + (f" (violated on the H200 by probe {item['probe']})"
+        return {**out, "verdict": verdict, "reason": why + (f" (violated on the H200 by probe {item.probe})"
                                                             if src == "probe" else "")}
     return {**out, "verdict": "unchecked",
             "reason": "a fact of the source kernel with no workload condition to test (stays on the card)"}
 
 
-def check_preconditions(card: dict, t: TargetFacts) -> tuple[bool, list[dict]]:
+def check_preconditions(card: SkillCard, t: TargetFacts) -> tuple[bool, list[dict]]:
     """(fits, checks): fits when, for some source kernel of the skill, none of its preconditions
     (nor the kernel-independent ones) fails."""
-    checks = [check_precondition(cat, it, t) for cat, items in (card.get("preconditions") or {}).items() for it in items]
+    checks = [check_precondition(cat, it, t) for cat, items in card.preconditions.items() for it in items]
     general = [c for c in checks if not c["kernel"]]
     kernels = sorted({c["kernel"] for c in checks if c["kernel"]})
     if any(c["verdict"] == "fails" for c in general):
@@ -172,8 +174,9 @@ def check_preconditions(card: dict, t: TargetFacts) -> tuple[bool, list[dict]]:
     return fits, checks
 
 
-def _names(items) -> list[str]:
-    return [i if isinstance(i, str) else i[-1] for i in items or []]
+def _names(pairs: list[list[str]]) -> list[str]:
+    """The mechanisms of (anchor, mechanism) pairs."""
+    return [p[-1] for p in pairs]
 
 
 _FACTS: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -201,14 +204,13 @@ def _family(workload: str) -> str:
     return workload_facts(workload)[0]
 
 
-def rank_terms(card: dict, mechanism: str, t: TargetFacts) -> dict:
-    eff = card.get("effects") or {}
-    med = eff.get("median_speedup") or 1.0
-    cases = eff.get("per_case") or []
-    family = 1.0 if any(_family(c.get("workload", "")) == t.family and t.family for c in cases) else 0.0
+def rank_terms(card: SkillCard, mechanism: str, t: TargetFacts) -> dict:
+    med = card.effects.median_speedup or 1.0
+    cases = card.effects.per_case
+    family = 1.0 if any(_family(c.workload) == t.family and t.family for c in cases) else 0.0
     shape = 0.0
     for c in cases:
-        n = math.prod(v for k, v in (c.get("shape") or {}).items() if k not in (OFFSET_KEY, ALIAS_KEY)) or 1
+        n = math.prod(v for k, v in c.shape.items() if k not in (OFFSET_KEY, ALIAS_KEY)) or 1
         shape = max(shape, 1.0 - min(1.0, abs(math.log10(n / max(t.elements, 1))) / 3.0))
     cls = t.bottleneck.get("class", "unknown")
     fit = 0.5 if cls == "unknown" else (1.0 if mechanism in ADDRESSES.get(cls, set()) else 0.0)
@@ -218,26 +220,41 @@ def rank_terms(card: dict, mechanism: str, t: TargetFacts) -> dict:
     return terms
 
 
+def card_of(row: dict) -> SkillCard:
+    """The validated card of a library row (store.skills()); StoreError naming the skill when the
+    stored card is not a skill card."""
+    card = row["card"]
+    if isinstance(card, SkillCard):
+        return card
+    try:
+        return SkillCard.model_validate(card)
+    except ValueError as exc:
+        first = str(exc).splitlines()
+        raise StoreError(f"skill {row.get('name')!r} ({row.get('skill_id')}) holds a card that is not a skill card "
+                         f"({' '.join(first[:3])}): re-mine the library (klineage mine), or pass --db with "
+                         "one this version mined") from exc
+
+
 def retrieve(skills: list[dict], t: TargetFacts, admission: bool = True, tried: set[str] | None = None) -> dict:
     """{"candidates": [ranked entries], "excluded": [{skill_id, name, reasons, checks}]} for `skills`
-    (store.skills() rows: skill_id, name, mechanism, card)."""
+    (store.skills() rows: skill_id, name, mechanism, card), each card read as a SkillCard."""
     cands, excluded = [], []
     for s in skills:
-        card, mech = s["card"], s["mechanism"]
+        card, mech = card_of(s), s["mechanism"]
         reasons = []
-        adm = (card.get("admission") or {}).get("status", "pending")
+        adm = card.admission.status
         if admission and adm != "admitted":
-            reasons.append(f"not admitted ({adm}: {(card.get('admission') or {}).get('reason', '')})".rstrip(": )") + ")")
-        measured = (card.get("scope") or {}).get("measured_platforms") or (card.get("scope") or {}).get("platforms") or []
+            reasons.append(f"not admitted ({adm}: {card.admission.reason})".rstrip(": )") + ")")
+        measured = card.scope.measured_platforms or card.scope.platforms
         if t.platform not in measured:
             reasons.append(f"verified scope {measured} does not hold the target platform {t.platform}")
-        missing = [m for m in _names(card.get("requires")) if m not in t.mechanisms]
+        missing = [m for m in _names(card.requires) if m not in t.mechanisms]
         if missing:
             reasons.append(f"requires {', '.join(missing)}, absent from the start kernel")
-        present = [m for m in _names(card.get("provides")) if m in t.mechanisms]
+        present = [m for m in _names(card.provides) if m in t.mechanisms]
         if present:
             reasons.append(f"provides {', '.join(sorted(set(present)))}, already in the start kernel")
-        clash = [m for m in _names(card.get("conflicts")) if m in t.mechanisms]
+        clash = [m for m in _names(card.conflicts) if m in t.mechanisms]
         if clash:
             reasons.append(f"conflicts with {', '.join(clash)} in the start kernel")
         fits, checks = check_preconditions(card, t)

@@ -5,6 +5,7 @@ reasons, the stored trajectory and `klineage apply show`, and the llm path's mis
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -83,6 +84,21 @@ def test_ranking_shows_its_terms_and_requires_hold(lib):
     assert scores == sorted(scores, reverse=True) and len(r["candidates"]) > 10
     ex = {e["name"]: e["reasons"] for e in r["excluded"]}
     assert any("requires online_softmax" in x for x in ex["register_cache/kernel-structure"])
+
+
+def test_retrieval_reads_typed_cards_and_refuses_a_card_that_is_not_one(lib):
+    """Retrieval reads each stored card as a SkillCard: a row holding a SkillCard and one holding
+    its plain form retrieve alike; a card missing a field is a StoreError naming the skill."""
+    from klineage.errors import StoreError
+    from klineage.records import SkillCard
+    sw = load_workload(SWIGLU)
+    t = target_facts(sw, (SWIGLU / "naive.cu").read_text())
+    rows = lib.skills()
+    typed = [{**s, "card": SkillCard.model_validate(s["card"])} for s in rows]
+    assert retrieve(typed, t, admission=False) == retrieve(rows, t, admission=False)
+    broken = [dict(rows[0], card={k: v for k, v in rows[0]["card"].items() if k != "effects"})]
+    with pytest.raises(StoreError, match=re.escape(rows[0]["name"]) + ".*re-mine"):
+        retrieve(broken, t)
 
 
 def test_sweep_points_and_bake():

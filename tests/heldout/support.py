@@ -18,6 +18,7 @@ from pathlib import Path
 from klineage.apply.materialize import tunables
 from klineage.apply.retrieve import PLATFORM_H200
 from klineage.store import open_store
+from tests.support.cards import case, skill_card
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "heldout"
@@ -27,14 +28,8 @@ REFERENCE_US = 100.0
 
 
 def _card(name: str, mechanism: str, workload: str, example: list[dict], provides: str) -> dict:
-    sid = hashlib.sha256(name.encode()).hexdigest()[:16]
-    return {"skill_id": sid, "name": name, "mechanism": mechanism, "intent": f"test skill {name}",
-            "admission": {"status": "admitted", "reason": "test"},
-            "scope": {"measured_platforms": [PLATFORM_H200], "platforms": [PLATFORM_H200]},
-            "requires": [], "provides": [["test", provides]], "conflicts": [], "preconditions": {},
-            "effects": {"median_speedup": 1.3,
-                        "per_case": [{"workload": workload, "shape": {"rows": 1024, "cols": 1024}, "speedup": 1.3}]},
-            "carrier": {"example_configuration": example, "config": None}, "evidence": []}
+    return skill_card(name, mechanism, [case(workload, {"rows": 1024, "cols": 1024}, 1.3)],
+                      provides=[["test", provides]], example=example, platform=PLATFORM_H200)
 
 
 def structural_cards() -> list[dict]:
