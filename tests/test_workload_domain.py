@@ -9,7 +9,8 @@ import pytest
 from klineage.errors import WorkloadError
 from klineage.gate.gate import Gate, GateConfig
 from klineage.lineage.probe import probe_set
-from klineage.workload import domain_violations, load_workload
+from klineage.workload import load_workload
+from klineage.workload_schema import domain_violations
 
 ROOT = Path(__file__).resolve().parents[1]
 LN = ROOT / "style_gallery" / "ladders" / "layernorm_cg"

@@ -28,7 +28,8 @@ from klineage.apply.materialize import sweep_points, tunables
 from klineage.gate.correctness import compare, negative_controls
 from klineage.gate.guard import check_source
 from klineage.tuning import ROLES
-from klineage.workload import DTYPE_C, MAX_OFFSET, load_workload
+from klineage.workload import load_workload
+from klineage.workload_schema import DTYPE_C, MAX_OFFSET
 
 ROOT = Path(__file__).resolve().parents[2]
 HELDOUT = ROOT / "heldout"

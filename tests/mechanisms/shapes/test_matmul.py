@@ -14,7 +14,9 @@ from klineage.lineage.audit import COMPANIONS, audit_version
 from klineage.mechanisms import Kernel, NotApplicable, detect_all, registry
 from klineage.mechanisms.base import Applied
 from klineage.mechanisms.shapes import rewriters, structural_rewrite
-from klineage.mechanisms.shapes import matmul as mm
+from klineage.mechanisms.shapes.matmul import MatmulRewriter
+from klineage.mechanisms.shapes.matmul import forms as mm_forms
+from klineage.mechanisms.shapes.matmul import plan as mm_plan
 from klineage.workload import load_workload
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -42,7 +44,7 @@ STARTS = {
 }
 # chains of steps from a start: structural steps through the rewriter, the others ("unroll",
 # "launch_bounds") through their rules family's forward rewrite, as the apply loop would interleave them
-CHAIN = mm.MatmulRewriter.ladder
+CHAIN = MatmulRewriter.ladder
 CASES = {  # mechanism -> (start, steps applied before it)
     "smem_tiling": [("ladder_naive", ()), ("naive_mm", ()), ("naive_grouped", ()), ("linear_f16", ())],
     "register_tiling": [("ladder_01_smem_tiling", ()), ("naive_mm", CHAIN[:1]), ("naive_grouped", CHAIN[:1]),
@@ -67,7 +69,7 @@ def _workload(start):
 
 
 def _step(src: str, mechanism: str, workload) -> str:
-    if mechanism in mm.MatmulRewriter.mechanisms:
+    if mechanism in MatmulRewriter.mechanisms:
         res = structural_rewrite(mechanism, src, GEMM_CARD, workload)
     else:  # a rules step of the ladder: its family's forward rewrite
         res = registry()[mechanism].reoptimize(Kernel(src), None, None)
@@ -125,13 +127,13 @@ def test_rewrite_adds_exactly_its_mechanism(rewrites, case):
 def test_rewrite_keeps_entry_points_and_tunables(rewrites, case):
     before, res, _ = rewrites[case]
     assert isinstance(res, Applied), res.reason
-    old = {m.group(1): re.sub(r"\s+", " ", m.group(2)) for m in mm._ENTRY.finditer(before)}
-    new = {m.group(1): re.sub(r"\s+", " ", m.group(2)) for m in mm._ENTRY.finditer(res.source)}
+    old = {m.group(1): re.sub(r"\s+", " ", m.group(2)) for m in mm_plan._ENTRY.finditer(before)}
+    new = {m.group(1): re.sub(r"\s+", " ", m.group(2)) for m in mm_plan._ENTRY.finditer(res.source)}
     assert new == old  # the same extern "C" entry points, parameter lists as written
     tun = dict(TUNABLE_RE.findall(res.source))
     assert tun and set(res.config["values"]) == set(tun)
-    names_before, _, _ = mm._constants(before)
-    names_after, _, _ = mm._constants(res.source)
+    names_before, _, _ = mm_plan._constants(before)
+    names_after, _, _ = mm_plan._constants(res.source)
     for role, name in names_before.items():  # a role the new form keeps keeps its name
         if role in names_after:
             assert names_after[role] == name
@@ -142,14 +144,14 @@ def test_rewrite_is_recognised_again_at_its_form(rewrites, case):
     mechanism = case.split(":")[0]
     start = case.split(":")[1].split("+")[0]
     _, res, _ = rewrites[case]
-    plan = mm.recognise_plan(res.source, _workload(start))
+    plan = mm_plan.recognise_plan(res.source, _workload(start))
     assert not isinstance(plan, NotApplicable), plan.reason
-    assert mm.Form(**res.config["form"]) == plan.form
+    assert mm_plan.Form(**res.config["form"]) == plan.form
     # and the next rung of its ladder is open to it, or says why not
     nxt = CHAIN[CHAIN.index(mechanism) + 1] if mechanism in CHAIN[:-1] else None
-    if nxt in mm.MatmulRewriter.mechanisms:
-        got = mm.target_form(plan, nxt, "sm_90a")
-        assert isinstance(got, mm.Form) or "apply" in got.reason
+    if nxt in MatmulRewriter.mechanisms:
+        got = mm_forms.target_form(plan, nxt, "sm_90a")
+        assert isinstance(got, mm_plan.Form) or "apply" in got.reason
 
 
 @pytest.mark.parametrize("start", ["naive_mm", "naive_grouped", "ladder_naive", "linear_f16"])
@@ -165,7 +167,7 @@ def test_ladder_walks_from_a_naive_kernel_to_the_experts_form(start):
         res = rw.rewrite(src, shape, mech, {}, wl)
         assert isinstance(res, Applied), f"{mech}: {res.reason}"
         src = res.source
-    assert set(rw.recognise(src, wl).facts["mechanisms"]) == set(mm.MatmulRewriter.mechanisms)
+    assert set(rw.recognise(src, wl).facts["mechanisms"]) == set(MatmulRewriter.mechanisms)
 
 
 def test_wgmma_takes_the_gemm_cards_configuration(rewrites):
@@ -259,12 +261,12 @@ def test_warp_specialization_needs_launch_bounds():
 # ---- parameters ---------------------------------------------------------------------------------------------
 
 def test_card_values_prefer_flat_pairs_then_the_gemm_kernel():
-    assert mm.card_values(GEMM_CARD) == {"stages": 4, "bm": 128, "bn": 256, "bk": 64}
+    assert mm_forms.card_values(GEMM_CARD) == {"stages": 4, "bm": 128, "bn": 256, "bk": 64}
     # as admission passes a card (klineage.lineage.admit.shape_config: its anchor and measured configurations)
-    assert mm.card_values({"anchor": "", "measured": GEMM_CARD["measured_configuration"]})["bn"] == 256
-    assert mm.card_values({"GEMM_BLOCK_N": 64, **GEMM_CARD})["bn"] == 64
-    assert mm.card_values({"carrier": GEMM_CARD})["bn"] == 256
-    assert mm.card_values({}) == {}
+    assert mm_forms.card_values({"anchor": "", "measured": GEMM_CARD["measured_configuration"]})["bn"] == 256
+    assert mm_forms.card_values({"GEMM_BLOCK_N": 64, **GEMM_CARD})["bn"] == 64
+    assert mm_forms.card_values({"carrier": GEMM_CARD})["bn"] == 256
+    assert mm_forms.card_values({}) == {}
 
 
 def test_illegal_card_values_fall_back_with_a_note():

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 import matmul_emulate as em
-from klineage.mechanisms.shapes import matmul as mm
+from klineage.mechanisms.shapes.matmul import emit as mm_emit
+from klineage.mechanisms.shapes.matmul import forms as mm_forms
+from klineage.mechanisms.shapes.matmul import plan as mm_plan
 
 ROOT = Path(__file__).resolve().parents[3]
 RNG = np.random.default_rng(7)
@@ -108,11 +110,11 @@ def test_generated_path_computes_the_product(core, copy, b_kmajor, swizzle, bm, 
     assert np.array_equal(got, A @ B)
 
 
-def _plan(b_kmajor: bool) -> mm.Plan:
+def _plan(b_kmajor: bool) -> mm_plan.Plan:
     src = (ROOT / "heldout/kernels/gemm_mm.cu").read_text()
-    entries, _ = mm.entries(src)
-    form = mm.Form("mma", "cp_async", True, False, False, True, True, True)
-    return mm.Plan("bf16", b_kmajor, tuple(entries), frozenset({"register_tiling", "tensor_core_mma"}), form,
+    entries, _ = mm_plan.entries(src)
+    form = mm_plan.Form("mma", "cp_async", True, False, False, True, True, True)
+    return mm_plan.Plan("bf16", b_kmajor, tuple(entries), frozenset({"register_tiling", "tensor_core_mma"}), form,
                    {}, {}, "GEMM")
 
 
@@ -125,8 +127,8 @@ def test_modelled_formulas_are_the_generated_ones(b_kmajor, core, copy, swizzle)
     plan = _plan(b_kmajor)
     ws, copy = copy.endswith("_ws"), copy.removesuffix("_ws")
     form = replace(plan.form, core=core, copy=copy, swizzle=swizzle, ws=ws)
-    values, _ = mm.choose(plan, form, {})
-    src = mm.emit(plan, form, values)
+    values, _ = mm_forms.choose(plan, form, {})
+    src = mm_emit.emit(plan, form, values)
     flat = re.sub(r"\s+", " ", src)
     want = []
     if core == "mma" or copy != "tma":

@@ -1,0 +1,228 @@
+"""The structural edits of the scalar form: the combine functions, a row shared by a warp or a block,
+combines through shuffles, and the online (running max and sum) pass."""
+from __future__ import annotations
+
+import re
+
+from klineage.mechanisms.base import Kernel, squash
+from klineage.mechanisms.elementwise import _balanced, _norm
+from klineage.mechanisms.shapes.rowwise.model import (_BLOCK_ROW, _EXP_FNS, _FLOATING, _NA, _TEAM, _WARP_ROW, BLOCK,
+                                                      DEFAULT_THREADS, WARP, Online, Pass, Row, _line_start)
+from klineage.mechanisms.shapes.rowwise.read import _code, _combine_lines, _kernels, read_row
+from klineage.parse import syntax
+from klineage.parse.syntax import Edit
+
+# ---------------------------------------------------------------- the combines
+
+def _combine_expr(op: str, fn: str, a: str, b: str) -> str:
+    return f"{a} + {b}" if op == "sum" else f"{fn}({a}, {b})"
+
+
+def _helper(op: str, ctype: str, fn: str, gran: str, combine: str) -> str:
+    name, u = f"kl_row_{op}", "    "
+    head = f"__device__ __forceinline__ {ctype} {name}({ctype} v) {{"
+    step = ("v += __shfl_xor_sync(0xffffffffu, v, o);" if op == "sum"
+            else f"v = {fn}(v, __shfl_xor_sync(0xffffffffu, v, o));")
+    if gran == "warp" and combine == "tree":
+        body = ["// the warp's 32 lanes meet in a shared-memory tree (the warp's own 32 slots)",
+                f"__shared__ {ctype} kl_tree[1024];", f"{ctype}* s = kl_tree + (threadIdx.x & ~31u);",
+                "const unsigned lane = threadIdx.x & 31u;", "s[lane] = v;", "__syncwarp();",
+                "for (unsigned o = 16; o > 0; o >>= 1) {",
+                f"{u}if (lane < o) s[lane] = {_combine_expr(op, fn, 's[lane]', 's[lane + o]')};",
+                f"{u}__syncwarp();", "}", "v = s[0];", "__syncwarp();", "return v;"]
+    elif gran == "block" and combine == "tree":
+        body = ["// the block's threads meet in a shared-memory tree (blockDim.x a power of two)",
+                f"__shared__ {ctype} kl_tree[1024];", "const unsigned t = threadIdx.x;", "kl_tree[t] = v;",
+                "__syncthreads();", "for (unsigned o = blockDim.x / 2; o > 0; o >>= 1) {",
+                f"{u}if (t < o) kl_tree[t] = {_combine_expr(op, fn, 'kl_tree[t]', 'kl_tree[t + o]')};",
+                f"{u}__syncthreads();", "}", "v = kl_tree[0];", "__syncthreads();", "return v;"]
+    elif gran == "warp":
+        body = ["// the warp's 32 lanes combine in registers: a butterfly of shuffles, every lane gets the result",
+                f"for (int o = 16; o > 0; o >>= 1) {step}", "return v;"]
+    else:
+        body = ["// each warp combines in registers (a butterfly of shuffles), then the warps' partials through",
+                "// shared memory; every thread gets the result", f"for (int o = 16; o > 0; o >>= 1) {step}",
+                f"__shared__ {ctype} kl_part[32];", "if ((threadIdx.x & 31u) == 0) kl_part[threadIdx.x >> 5] = v;",
+                "__syncthreads();", "v = kl_part[0];",
+                f"for (unsigned w = 1; w < blockDim.x / 32; ++w) v = {_combine_expr(op, fn, 'v', 'kl_part[w]')};",
+                "__syncthreads();", "return v;"]
+    return head + "\n" + "\n".join(u + b for b in body) + "\n}\n\n"
+
+
+def _with_helpers(source: str, gran: str, combine: str) -> str:
+    """`source` with the combine functions its passes need, written for `gran` and `combine`."""
+    row = read_row(source)
+    k = Kernel(source)
+    data = k.tree.data
+    edits = [Edit(s, e + (1 if data[e:e + 1] == b"\n" else 0), "") for s, e in row.helpers]
+    text = "".join(_helper(op, t, fn, gran, combine) for op, t, fn in row.ops) if gran != "thread" else ""
+    edits.append(Edit(row.fn_start, row.fn_start, text))
+    return syntax.apply_edits(source, edits)
+
+
+# ---------------------------------------------------------------- the structural edits of the scalar form
+
+def _threads(row: Row, gran: str, config: dict) -> int:
+    """Threads per block for `gran` from the card's measured configurations (role "block"; names with
+    WARP preferred for a warp per row, without for a block per row), clamped to the kernel's launch
+    bounds; the default when the card names none."""
+    vals = []
+    for m in config.get("measured") or []:
+        items = [it for it in m.get("values") or [] if it.get("role") == "block" and isinstance(it.get("value"), int)
+                 and it.get("name") != "__launch_bounds__"]
+        warp = [it for it in items if "WARP" in it["name"].upper()]
+        other = [it for it in items if "WARP" not in it["name"].upper()]
+        pick = (warp or other) if gran == "warp" else (other or warp)
+        if pick:
+            vals.append(pick[0]["value"])
+    if config.get("threads"):
+        vals = [int(config["threads"])]
+    v = max(set(vals), key=lambda x: (vals.count(x), -x)) if vals else DEFAULT_THREADS[WARP if gran == "warp" else BLOCK]
+    limit = row.bounds or 1024
+    v = min(v, limit)
+    if gran == "warp":
+        v = max(32, v - v % 32)
+    else:
+        v = 1 << (v.bit_length() - 1)
+    return max(32, v)
+
+
+def to_granularity(row: Row, gran: str, config: dict) -> str:
+    """The thread-per-row kernel `row` with each row shared by a warp or a block."""
+    if row.gran != "thread":
+        raise _NA(f"the row is already shared by a {row.gran}: this rewriter shares a thread's row only")
+    if row.launch is None:
+        raise _NA("the kernel is not launched once in this file with grid, block and every argument")
+    data = row.source.encode()
+    ind = row.body_indent
+    edits = [Edit(*row.row_init, _WARP_ROW if gran == "warp" else _BLOCK_ROW)]
+    nl = data.find(b"\n", row.guard_end)
+    edits.append(Edit(nl + 1, nl + 1, ind + _TEAM[gran] + "\n"))
+    for p in row.passes:
+        edits += [Edit(*p.init, "kl_t"), Edit(*p.update, f"{p.var} += kl_n")]
+        lines = _combine_lines(p)
+        if lines:
+            edits.append(Edit(p.end, p.end, "".join("\n" + p.indent + ln for ln in lines)))
+    for s, _ in row.stores:
+        edits.append(Edit(s, s, "if (kl_t == 0) "))
+    threads = _threads(row, gran, config)
+    lau = row.launch
+    macro = lau.macro or f"{row.prefix}_ROW_THREADS"
+    grid = (f"({lau.rows_arg} + {macro} / 32 - 1) / ({macro} / 32)" if gran == "warp" else lau.rows_arg)
+    edits.append(Edit(*lau.grid, grid))
+    if lau.block_edit is not None:
+        edits.append(Edit(*lau.block_edit, macro))
+    src = syntax.apply_edits(row.source, edits)
+    src = _with_block_macro(src, row, macro, threads, gran, own=lau.macro is None)
+    return _with_helpers(src, gran, "tree")
+
+
+def _block_assert(macro: str, gran: str, limit: int) -> str:
+    if gran == "warp":
+        return (f'static_assert({macro} % 32 == 0 && {macro} >= 32 && {macro} <= {limit}, '
+                f'"{macro} (threads per block) must be a multiple of 32 from 32 to {limit}");\n')
+    return (f'static_assert({macro} >= 32 && {macro} <= {limit} && ({macro} & ({macro} - 1)) == 0, '
+            f'"{macro} (threads per block) must be a power of two from 32 to {limit}");\n')
+
+
+def _with_block_macro(src: str, row: Row, macro: str, threads: int, gran: str, own: bool) -> str:
+    note = ("threads per block: a warp per row, {m} / 32 rows a block" if gran == "warp"
+            else "threads per block: a block per row").format(m=macro)
+    line = f"#define {macro} {threads}  // {note}"
+    assertion = _block_assert(macro, gran, row.bounds or 1024)
+    if own:
+        k = Kernel(src)
+        fn = next(f for f in _kernels(k) if syntax.function_name(f) == row.kernel)
+        at = len(k.tree.data[:_line_start(k.tree.data, fn.start_byte)].decode())
+        return src[:at] + f"#ifndef {macro}\n{line}\n#endif\n" + assertion + src[at:]
+    m = re.search(rf"^[ \t]*#[ \t]*define[ \t]+{macro}[ \t]+\d+[^\n]*$", src, re.M)
+    if m is None:
+        raise _NA(f"the block size {macro} is not a #define this rewriter can set")
+    src = src[:m.start()] + line + src[m.end():]
+    e = re.compile(r"^[ \t]*#[ \t]*endif[^\n]*\n", re.M).search(src, m.start())
+    if e is None:
+        raise _NA(f"{macro} is not inside #ifndef {macro} ... #endif")
+    return src[:e.end()] + assertion + src[e.end():]
+
+
+def to_shuffle(row: Row) -> str:
+    """The cooperative kernel `row` with its combines through warp shuffles."""
+    if row.gran == "thread":
+        raise _NA("one thread per row: nothing to combine across threads (share the row with a warp or a "
+                  "block first)")
+    if row.combine == "shuffle":
+        raise _NA("the combines are warp shuffles already")
+    return _with_helpers(row.source, row.gran, "shuffle")
+
+
+_EXP_CALL = re.compile(r"(?P<e>\w+)\((?P<y>.+) - (?P<m>\w+)\)")
+
+
+def to_online(row: Row) -> str:
+    """The kernel `row` with a max pass and the following sum-of-exponentials pass fused into one
+    pass with a running max and a rescaled running sum."""
+    if any(p.online for p in row.passes):
+        raise _NA("the kernel already has an online (running max and sum) pass")
+    data = row.source.encode()
+    for i, a in enumerate(row.passes[:-1]):
+        b = row.passes[i + 1]
+        if len(a.accs) != 1 or a.accs[0].op != "max" or len(b.accs) != 1 or b.accs[0].op != "sum":
+            continue
+        m, s = a.accs[0], b.accs[0]
+        if a.writes or b.writes or m.ctype != s.ctype or m.ctype not in _FLOATING:
+            continue
+        x = _single_update(row, a, m.name)
+        y = _single_update(row, b, s.name)
+        if x is None or y is None:
+            continue
+        ex = _EXP_CALL.fullmatch(y)
+        if ex is None or ex["e"] not in _EXP_FNS or ex["m"] != m.name or re.search(
+                rf"\b({re.escape(m.name)}|{re.escape(s.name)})\b", ex["y"]):
+            continue
+        gap_s = data.find(b"\n", a.combine_end) + 1
+        gap_e = _line_start(data, b.start)
+        gap = data[gap_s:gap_e].decode()
+        if re.search(rf"\b{re.escape(m.name)}\b", _code(gap)):
+            raise _NA(f"code between the max pass and the sum pass reads `{m.name}`")
+        if any(st not in ("declaration",) for st in _statement_types(gap)):
+            raise _NA("statements other than declarations between the max pass and the sum pass")
+        one, zero = ("1.0f", "0.0f") if m.ctype == "float" else ("1.0", "0.0")
+        yy = "kl_x" if _norm(ex["y"]) == _norm(x) else ex["y"]
+        t, u, ind = m.ctype, "    ", a.indent
+        body = [f"const {t} kl_x = {x};", f"const {t} kl_m = {m.fn}({m.name}, kl_x);",
+                f"{s.name} = {s.name} * ({m.name} == kl_m ? {one} : {ex['e']}({m.name} - kl_m)) + "
+                f"(kl_m == -INFINITY ? {zero} : {ex['e']}({yy} - kl_m));", f"{m.name} = kl_m;"]
+        loop = data[a.start:a.header_end].decode() + " {\n" + "".join(f"{ind}{u}{ln}\n" for ln in body) + f"{ind}}}"
+        merged = Pass(0, 0, 0, a.var, a.vtype, a.cond, (0, 0), (0, 0), (0, 0), [],
+                      Online(m.name, s.name, t, m.fn, ex["e"], x, "" if yy == "kl_x" else yy), [], ind)
+        combine = "".join("\n" + ind + ln for ln in _combine_lines(merged)) if row.gran != "thread" else ""
+        end = b.combine_end if row.gran != "thread" else b.end
+        new = gap + ind + loop + combine
+        src = syntax.apply_edits(row.source, [Edit(_line_start(data, a.start), end, new)])
+        return _with_helpers(src, row.gran, row.combine or "tree") if row.gran != "thread" else src
+    raise _NA("no pass taking the row's max followed by a pass summing exp(y - max) (a softmax's or a "
+              "logsumexp's two passes)")
+
+
+def _single_update(row: Row, p: Pass, acc: str) -> str | None:
+    """For a pass whose body is the one statement updating `acc`: its operand (x of `m = fmaxf(m, x)`,
+    e of `s += e` / `s = s + e`)."""
+    text = squash(row.source.encode()[p.body[0]:p.body[1]].decode())
+    text = text[1:-1].strip() if text.startswith("{") and text.endswith("}") else text
+    if text.count(";") != 1:
+        return None
+    text = text.rstrip(";").strip()
+    a = re.escape(acc)
+    for pat in (rf"{a} \+= (?P<e>.+)", rf"{a} = {a} \+ (?P<e>.+)", rf"{a} = \w+\({a}, (?P<e>.+)\)"):
+        mm = re.fullmatch(pat, text)
+        if mm and _balanced(mm["e"]):
+            return mm["e"]
+    return None
+
+
+def _statement_types(text: str) -> list[str]:
+    k = Kernel("void kl_probe() {\n" + text + "\n}\n")
+    fn = syntax.functions(k.tree)
+    if not fn:
+        return ["?"]
+    return [c.type for c in fn[0].child_by_field_name("body").named_children if c.type != "comment"]
