@@ -1,8 +1,8 @@
 """Declarative run configurations (TOML) that `klineage run PIPELINE.toml` executes.
 
 A pipeline file names its kind at the top (`kind = "mine"` or `kind = "apply"`; a file with
-`[[target]]` tables and no kind is a mining pipeline). Every table is validated strictly: an unknown
-key is an error that names the key and the keys allowed. The run is recorded with its configuration
+`[[target]]` tables and no kind is a mining pipeline). Every table is validated strictly by one typed
+layer (klineage.config): an unknown key is an error that names the key and the keys allowed. The run is recorded with its configuration
 (the file's text and its hash) in the `pipeline_runs` table, so what produced a library or a
 trajectory can always be read back.
 
@@ -28,13 +28,10 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from klineage.config import ApplyFile, HeldoutFile, validate
 from klineage.errors import KLineageError, read_toml
 
 KINDS = ("mine", "apply", "heldout")
-_APPLY_TOP = {"kind", "name", "description", "gate", "apply"}
-_APPLY_KEYS = {"workload": str, "start": str, "materializers": list, "budget_steps": int, "budget_usd": (int, float),
-               "budget_s": (int, float), "admission": bool, "sweep_axes": str, "structural": str, "model": str,
-               "base_url": str, "out": str, "records": str}
 
 
 class PipelineError(KLineageError):
@@ -103,43 +100,17 @@ class HeldoutPipeline:
     out: Path | None
 
 
-_HELDOUT_TOP = {"kind", "name", "description", "gate", "heldout"}
-_HELDOUT_KEYS = {"root": str, "conditions": list, "budget": int, "seed": int, "final_rounds": int, "sweep_rounds": int,
-                 "sweep_axes": str, "admission": bool, "structural": bool,
-                 "vendor": str, "failure_speedup": float, "records": str, "out": str, "model": str,
-                 "budget_usd": (int, float), "foreign": dict}
-
-
-def _check_gate(path: Path, gate: dict, arch: bool = False) -> None:
-    # the held-out pipeline's instances and records are sm_90a builds: it takes no gate.arch
-    from klineage.lineage.mine import check_gate_table
-    check_gate_table(path, gate, PipelineError, arch=arch)
-
-
 def heldout_pipeline(path: Path, raw: dict) -> HeldoutPipeline:
     """A held-out pipeline's settings (strict: an unknown key or a wrong type names the key)."""
     from klineage.heldout.run import CONDITIONS, HeldoutConfig
     path = Path(path)
-    bad = sorted(set(raw) - _HELDOUT_TOP)
-    if bad:
-        raise PipelineError(f"{path}: unknown key {bad[0]!r} (allowed: {', '.join(sorted(_HELDOUT_TOP))})")
+    # the held-out pipeline's instances and records are sm_90a builds: its [gate] takes no arch
+    validate(HeldoutFile, raw, path, PipelineError)
     ho = raw.get("heldout", {})
-    if not isinstance(ho, dict):
-        raise PipelineError(f"{path}: [heldout] must be a table")
-    for k, v in ho.items():
-        if k not in _HELDOUT_KEYS:
-            raise PipelineError(f"{path}: unknown key heldout.{k} (allowed: {', '.join(sorted(_HELDOUT_KEYS))})")
-        want = _HELDOUT_KEYS[k]
-        if not isinstance(v, want) or (isinstance(v, bool) and want is not bool):
-            raise PipelineError(f"{path}: heldout.{k} = {v!r}: expected {getattr(want, '__name__', 'a number')}")
     for c in ho.get("conditions", []):
         if c not in CONDITIONS:
             raise PipelineError(f"{path}: heldout.conditions: {c!r} is not one of {', '.join(CONDITIONS)}")
-    for fam, fams in ho.get("foreign", {}).items():
-        if not isinstance(fams, list) or not all(isinstance(f, str) for f in fams):
-            raise PipelineError(f"{path}: heldout.foreign.{fam} must be a list of family names")
     gate = raw.get("gate", {})
-    _check_gate(path, gate)
     kw = {k: ho[k] for k in ("budget", "seed", "final_rounds", "sweep_rounds", "sweep_axes", "admission", "structural",
                              "vendor", "failure_speedup", "model", "budget_usd") if k in ho}
     if "conditions" in ho:
@@ -158,27 +129,10 @@ def heldout_pipeline(path: Path, raw: dict) -> HeldoutPipeline:
 
 def _apply_pipeline(path: Path, raw: dict) -> ApplyPipeline:
     from klineage.apply.loop import ApplyConfig
-    bad = sorted(set(raw) - _APPLY_TOP)
-    if bad:
-        raise PipelineError(f"{path}: unknown key {bad[0]!r} (allowed: {', '.join(sorted(_APPLY_TOP))})")
-    ap = raw.get("apply")
-    if not isinstance(ap, dict):
-        raise PipelineError(f"{path}: an apply pipeline needs an [apply] table with workload and start")
-    for k, v in ap.items():
-        if k not in _APPLY_KEYS:
-            raise PipelineError(f"{path}: unknown key apply.{k} (allowed: {', '.join(sorted(_APPLY_KEYS))})")
-        want = _APPLY_KEYS[k]
-        if not isinstance(v, want) or isinstance(v, bool) and want is not bool:
-            raise PipelineError(f"{path}: apply.{k} = {v!r}: expected {getattr(want, '__name__', 'a number')}")
-    for k in ("workload", "start"):
-        if k not in ap:
-            raise PipelineError(f"{path}: apply.{k} is required")
+    validate(ApplyFile, raw, path, PipelineError)
+    ap = raw["apply"]
     mats = tuple(ap.get("materializers", ["rules", "sweep"]))
-    for m in mats:
-        if m not in ("rules", "sweep", "llm"):
-            raise PipelineError(f"{path}: apply.materializers: {m!r} is not one of rules, sweep, llm")
     gate = raw.get("gate", {})
-    _check_gate(path, gate, arch=True)
     base = path.resolve().parent.parent
     wl, start = base / ap["workload"], base / ap["start"]
     if not (wl / "workload.py").is_file():

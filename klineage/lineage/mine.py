@@ -80,88 +80,22 @@ def targets_for(paths: list[Path], proposer: str) -> list[Target]:
     return out
 
 
-_TOP_KEYS = {"kind", "name", "description", "limits", "target", "analysis", "gate"}
-# backlog_us: a GPU spin queued before every timed call, at least this long and at least twice the
-# call's host-side dispatch (klineage.gate.worker.timing); 0, the default, queues none.
-_GATE_KEYS = {"warmup": (0, 100), "reps": (5, 500), "trials": (2, 10), "backlog_us": (0, 20000)}
-
-
-def check_gate_table(path, table, err, arch: bool = True) -> None:
-    """Raise `err` naming the key when a [gate] table holds an unknown key, a timing value out of
-    range, or (when `arch`) an arch nvcc cannot target here (klineage.gate.compile.ARCHS)."""
-    from klineage.gate.compile import ARCHS
-    keys = list(_GATE_KEYS) + (["arch"] if arch else [])
-    if not isinstance(table, dict):
-        raise err(f"{path}: [gate] must be a table of {', '.join(keys)}")
-    for k, v in table.items():
-        if k == "arch" and arch:
-            if v not in ARCHS:
-                raise err(f"{path}: gate.arch = {v!r}: expected one of {', '.join(ARCHS)}")
-            continue
-        if k not in _GATE_KEYS:
-            raise err(f"{path}: unknown key gate.{k} (allowed: {', '.join(keys)})")
-        lo, hi = _GATE_KEYS[k]
-        if type(v) is not int or not lo <= v <= hi:
-            raise err(f"{path}: gate.{k} = {v!r}: expected an int from {lo} to {hi}")
-
-
-_LIMIT_KEYS = {"max_steps", "max_rejections", "min_rederive_ratio"}
-_TARGET_KEYS = {"paths", "proposer"}
-
-
 def load_config(path: Path) -> tuple[MineRun, dict]:
-    """(run, raw configuration) from a TOML file; MineConfigError naming any unknown key."""
+    """(run, raw configuration) from a TOML file; MineConfigError naming any unknown key or bad value
+    (klineage.config.MineFile)."""
+    from klineage.config import MineFile, validate
     _, raw = read_toml(path, MineConfigError, "a mining configuration such as pipelines/mine.toml")
-    bad = sorted(set(raw) - _TOP_KEYS)
-    if bad:
-        raise MineConfigError(f"{path}: unknown key {bad[0]!r} (allowed: {', '.join(sorted(_TOP_KEYS))})")
     if raw.get("kind", "mine") != "mine":
         raise MineConfigError(f"{path}: kind = {raw['kind']!r}: a mining configuration has kind = \"mine\"")
-    for key in ("limits", "gate", "analysis"):
-        if key in raw and not isinstance(raw[key], dict):
-            raise MineConfigError(f"{path}: {key} must be a table ([{key}]), not {type(raw[key]).__name__}")
-    if not isinstance(raw.get("target", []), list) or not all(isinstance(t, dict) for t in raw.get("target", [])):
-        raise MineConfigError(f"{path}: target must be an array of tables ([[target]] with paths and proposer)")
-    lim = raw.get("limits", {})
-    for k, v in lim.items():
-        if k in _LIMIT_KEYS and type(v) not in (int, float):
-            raise MineConfigError(f"{path}: limits.{k} = {v!r}: expected a number")
-    bad = sorted(set(lim) - _LIMIT_KEYS)
-    if bad:
-        raise MineConfigError(f"{path}: unknown key limits.{bad[0]} (allowed: {', '.join(sorted(_LIMIT_KEYS))})")
-    gate_tab = raw.get("gate", {})
-    check_gate_table(path, gate_tab, MineConfigError)
-    ana = raw.get("analysis")
-    analysis = None
-    if ana is not None:
-        bad = sorted(set(ana) - set(AnalysisConfig.KEYS))
-        if bad:
-            raise MineConfigError(f"{path}: unknown key analysis.{bad[0]} (allowed: {', '.join(AnalysisConfig.KEYS)})")
-        for k, v in ana.items():
-            if k == "admission_rewrites":
-                if v not in AnalysisConfig.ADMISSION_REWRITES:
-                    raise MineConfigError(f"{path}: analysis.{k} = {v!r}: expected one of "
-                                          + ", ".join(f'"{x}"' for x in AnalysisConfig.ADMISSION_REWRITES))
-                continue
-            want = int if k == "rounds" else bool
-            if type(v) is not want or (k == "rounds" and not 1 <= v <= 5):
-                raise MineConfigError(f"{path}: analysis.{k} = {v!r}: expected "
-                                      + ("an int from 1 to 5" if k == "rounds" else "true or false"))
-        analysis = AnalysisConfig(**ana)
+    cfg = validate(MineFile, raw, path, MineConfigError)
+    # the values as the file wrote them, in its order (validated: the same values, strictly typed)
+    lim, gate_tab = raw.get("limits", {}), raw.get("gate", {})
+    analysis = AnalysisConfig(**raw["analysis"]) if "analysis" in raw else None
     targets = []
     base = Path(path).resolve().parent.parent  # pipelines/ sits at the repository root
-    for i, t in enumerate(raw.get("target", [])):
-        bad = sorted(set(t) - _TARGET_KEYS)
-        if bad:
-            raise MineConfigError(f"{path}: unknown key target[{i}].{bad[0]} (allowed: paths, proposer)")
-        if "paths" not in t:
-            raise MineConfigError(f"{path}: target[{i}] needs paths = [...]")
-        if not isinstance(t["paths"], list) or not all(isinstance(x, str) for x in t["paths"]):
-            raise MineConfigError(f"{path}: target[{i}].paths = {t['paths']!r}: expected a list of folder names")
-        if t.get("proposer", "rules") not in ("rules", "versions", "llm"):
-            raise MineConfigError(f"{path}: target[{i}].proposer = {t.get('proposer')!r}: expected rules, versions or llm")
-        paths = [p if Path(p).is_absolute() else base / p for p in t["paths"]]
-        targets += targets_for([Path(p) for p in paths], t.get("proposer", "rules"))
+    for t in cfg.target:
+        paths = [p if Path(p).is_absolute() else base / p for p in t.paths]
+        targets += targets_for([Path(p) for p in paths], t.proposer)
     if not targets:
         raise MineConfigError(f"{path}: no [[target]] entries: add at least one with paths and proposer")
     timing = {k: v for k, v in gate_tab.items() if k != "arch"}
