@@ -72,7 +72,8 @@ def lineage_show(ident, db_path, as_json):
                     f"{l['workload_name']}/{l['proposer']}".startswith(ident)] or lins
             names = "\n".join(f"  {l['workload_name']}/{l['proposer']}  ({l['lineage_id'][:16]})" for l in hits[:20])
             raise bad_input(f"no single lineage matches {ident!r} in {store.path}; name one of these "
-                            f"(WORKLOAD/PROPOSER or an id prefix):\n{names or '  none stored'}")
+                            f"(WORKLOAD/PROPOSER or an id prefix; `klineage lineage list` shows them all):\n"
+                            f"{names or '  none stored'}")
     click.echo(json.dumps(lin, indent=1) if as_json else format_lineage(lin))
 
 
