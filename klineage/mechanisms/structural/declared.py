@@ -63,7 +63,8 @@ class ThreadBlockCluster(_Signature):
     PRECONDITIONS = {
         "hardware": [{"condition": "compute capability 9.0 or newer (thread-block clusters, distributed shared "
                                    "memory)",
-                      "fails_without": "the cluster launch attribute is rejected: the kernel does not run before sm_90"}],
+                      "fails_without": "the cluster launch attribute is rejected: the kernel does not run before "
+                                       "sm_90"}],
         "pipeline": [{"condition": "cluster size <= 8 (portable limit) and the grid a multiple of the cluster size",
                       "fails_without": "cudaLaunchKernelEx fails with an invalid cluster configuration"}],
     }
