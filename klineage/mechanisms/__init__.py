@@ -1,4 +1,5 @@
-"""The mechanism registry: one module per optimization family.
+"""The mechanism registry: one module per optimization family (the structural detectors: a few
+modules, by kind).
 
 ``ORDER`` is the backward search order of the rules proposer: mechanisms that sit on top of others
 come off first (a cache hint wraps a load, so it goes before the vectorized load it wraps; compiler
@@ -17,19 +18,26 @@ ORDER = (
     "cache_hint", "fast_math", "launch_bounds", "unroll", "restrict", "coarsening",
     "smem_padding", "vector_access", "warp_reduction", "smem_staging",
 )
+# family -> its modules under klineage.mechanisms, in the order their mechanisms are registered
 _MODULES = {
-    "cache_hint": "cache_hint", "fast_math": "fast_math", "launch_bounds": "launch_bounds",
-    "unroll": "unroll", "restrict": "restrict", "coarsening": "coarsening", "smem_padding": "smem_padding",
-    "vector_access": "vector_access", "warp_reduction": "warp_reduction", "smem_staging": "smem_staging",
-    "structural": "structural",
+    "cache_hint": ("cache_hint",), "fast_math": ("fast_math",), "launch_bounds": ("launch_bounds",),
+    "unroll": ("unroll",), "restrict": ("restrict",), "coarsening": ("coarsening",),
+    "smem_padding": ("smem_padding",), "vector_access": ("vector_access",), "warp_reduction": ("warp_reduction",),
+    "smem_staging": ("smem_staging",),
+    "structural": ("structural.pipeline", "structural.dataflow", "structural.declared"),
 }
 
 
 def _load(name: str) -> list[Mechanism]:
-    mod = importlib.import_module(f"klineage.mechanisms.{_MODULES[name]}")
-    return [obj() for obj in vars(mod).values()
-            if isinstance(obj, type) and issubclass(obj, Mechanism) and obj is not Mechanism
-            and obj.__module__ == mod.__name__ and obj.NAME]
+    """The family's mechanisms: each module's Mechanism subclasses with a NAME defined there (not
+    imported), in definition order, module by module."""
+    out = []
+    for module in _MODULES[name]:
+        mod = importlib.import_module(f"klineage.mechanisms.{module}")
+        out += [obj() for obj in vars(mod).values()
+                if isinstance(obj, type) and issubclass(obj, Mechanism) and obj is not Mechanism
+                and obj.__module__ == mod.__name__ and obj.NAME]
+    return out
 
 
 def registry() -> dict[str, Mechanism]:

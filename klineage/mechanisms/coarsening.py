@@ -352,7 +352,7 @@ class Coarsening(Mechanism):
                           if v == 1 and per_thread_name(name) and _kernel_uses(k, name, form, scope, node)), None)
             if locus is None:
                 # natural code with no count: a one-element-per-thread kernel gets one
-                from klineage.mechanisms.elementwise import coarsen
+                from klineage.mechanisms.elementwise_rewrite import coarsen
                 got = coarsen(k, int(value))
                 if got.ok:
                     return got

@@ -46,6 +46,9 @@ declarations run for every item first, then the stores. A race-free kernel (no t
 another writes) computes the same: each item's loads still precede its own stores, and no item
 reads what another item writes. No vector form is attempted there (contiguity and alignment of
 `lo` cannot be read off the text).
+
+This module reads a kernel into its description; elementwise_emit.py writes the tiled form
+(and reads it back), elementwise_rewrite.py holds the two rewrites and the host launch.
 """
 from __future__ import annotations
 
@@ -53,11 +56,10 @@ import re
 from dataclasses import dataclass
 
 
-from klineage.mechanisms.base import Kernel, NotApplicable, squash
-from klineage.mechanisms.vector_forms import (declarators, insert_at, line_start, strip_parens, top_level,
-                                              vector_features)
+from klineage.mechanisms.base import Kernel, squash
+from klineage.mechanisms.vector_forms import declarators, line_start, strip_parens, top_level
 from klineage.parse import syntax
-from klineage.parse.syntax import Edit, Node, walk
+from klineage.parse.syntax import Node, walk
 
 # element type -> (bytes, 16-byte vector type, component fields or None for packed 2-byte lanes)
 ELEMENTS = {
@@ -66,15 +68,9 @@ ELEMENTS = {
     "__nv_bfloat16": (2, "uint4", None), "nv_bfloat16": (2, "uint4", None),
     "__half": (2, "uint4", None), "half": (2, "uint4", None),
 }
-# 2-byte lanes: bits -> value, value -> bits
-_BITS = {"__nv_bfloat16": ("__ushort_as_bfloat16", "__bfloat16_as_ushort"),
-         "nv_bfloat16": ("__ushort_as_bfloat16", "__bfloat16_as_ushort"),
-         "__half": ("__ushort_as_half", "__half_as_ushort"), "half": ("__ushort_as_half", "__half_as_ushort")}
 _INDEX_TYPES = {"int", "long", "long int", "long long", "long long int", "int64_t", "int32_t", "ptrdiff_t",
                 "unsigned", "unsigned int", "unsigned long", "unsigned long long", "uint64_t", "uint32_t",
                 "size_t", "signed", "signed int", "long unsigned int"}
-_WIDE = {"long long", "long long int", "int64_t", "ptrdiff_t", "long", "long int", "unsigned long long",
-         "uint64_t", "size_t", "unsigned long", "long unsigned int"}
 _FLAT = {"blockIdx.x*blockDim.x+threadIdx.x", "blockDim.x*blockIdx.x+threadIdx.x",
          "threadIdx.x+blockIdx.x*blockDim.x", "threadIdx.x+blockDim.x*blockIdx.x"}
 _THREAD_VARS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"}
@@ -82,10 +78,6 @@ _BANNED_CALL = re.compile(r"__syncthreads\w*|__syncwarp|__shfl\w*|atomic\w+|__ba
                           r"__activemask|__match\w*|__reduce\w*|printf|__nanosleep|__threadfence\w*|"
                           r"cooperative_groups|__trap|assert")
 _CAST = re.compile(r"\((?:const\s+)?(?:unsigned|signed|long|int|short|size_t|ptrdiff_t|u?int(?:32|64)_t|\s)+\)")
-COUNT_SUFFIX = "ITEMS_PER_THREAD"
-# the corpus's convention for a tuning constant (the sweep materializer reads the same form)
-TUNABLE = re.compile(r"#ifndef (\w+)\s*\n\s*#define \1 (\d+)\b[^\n]*\n\s*#endif")
-DEFAULT_COUNT = 4
 VECTOR_BYTES = 16
 _LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")
 
@@ -111,18 +103,6 @@ def _elem(type_text: str) -> str:
     return " ".join(w for w in type_text.split() if w not in ("const", "volatile", "__restrict__", "__restrict"))
 
 
-def _strip(n: Node | None) -> Node | None:
-    """Parentheses and casts off an expression."""
-    while n is not None:
-        if n.type == "parenthesized_expression" and n.named_child_count == 1:
-            n = n.named_children[0]
-        elif n.type == "cast_expression":
-            n = n.child_by_field_name("value")
-        else:
-            return n
-    return n
-
-
 # ---------------------------------------------------------------- the description
 
 @dataclass
@@ -132,14 +112,6 @@ class Ptr:
     const: bool
     read: bool = False
     written: bool = False
-
-
-@dataclass
-class Launch:
-    grid: Node      # the formula node `(N + M - 1) / M` the rewrite replaces
-    count: str         # N as written in the formula
-    block: str         # the launch's block-size argument as written
-    per_block: str     # M, normalised
 
 
 @dataclass
@@ -476,75 +448,6 @@ def _phased(k, fn, name, index, itype, bound, region_nodes, accesses, ptr_params
                   (start, region_nodes[-1].end_byte), indent, renames)
 
 
-def _item_loop(I: str, c: str, count: str, etype: str, e: str, first: str, bound: str,
-               index: tuple[str, str] | None = None) -> list[str]:
-    """The head of a loop over a thread's `count` items: item `c` starts at element `e` = `first`,
-    the loop ends at the first item past `bound`, and `index` (type, name), when given, is bound to
-    `e` for the body."""
-    h = [f"{I}for (int {c} = 0; {c} < {count}; ++{c}) {{",
-         f"{I}    const {etype} {e} = {first};",
-         f"{I}    if ({e} >= {bound}) break;"]
-    if index is not None:
-        h.append(f"{I}    const {index[0]} {index[1]} = {e};")
-    return h
-
-
-def emit_phased(ph: Phased, count: str) -> str:
-    """Coarsening of a load-then-store kernel: `count` block-strided items per thread, the
-    declarations that load run for every item first (their values kept per item in registers),
-    then the stores of every item."""
-    nm = _Names(ph.names)
-    I = ph.head_indent or "    "
-    base, c = nm("base"), nm("c")
-    arrs = {v: nm(f"{v}_c") for v, _ in ph.locals}
-    data = ph.k.tree.data
-    wide = ph.index_type in _WIDE
-    e = ph.index if wide else nm("e")
-    etype = ph.index_type if wide else "long long"
-
-    def renamed(a: int, b: int) -> str:
-        edits = [Edit(n.start_byte - a, n.end_byte - a, f"{arrs[n.text.decode()]}[{c}]") for n in ph.renames
-                 if a <= n.start_byte < b]
-        return syntax.apply_edits(data[a:b].decode(), edits)
-
-    def head():
-        return _item_loop(I, c, count, etype, e, f"{base} + (long long){c} * blockDim.x", ph.bound,
-                          None if wide else (ph.index_type, ph.index))
-    lines = ["{"]
-    lines += _comment(I, f"coarsening: every thread takes {count} items (the work of {count} threads of the "
-                         f"one-item kernel), block-strided (coalesced across the warp). What the items load is "
-                         f"declared for every item first, kept per item in registers, so all of the thread's loads "
-                         f"are in flight before the math; then every item stores.")
-    lines.append(f"{I}const long long {base} = (long long)blockIdx.x * blockDim.x * {count} + threadIdx.x;")
-    lines += [f"{I}{t} {arrs[v]}[{count}];" for v, t in ph.locals]
-    lines += head()
-    loads = ph.loads
-    for j, n in enumerate(loads):
-        if n.type == "comment":
-            if j and loads[j - 1].end_point.row == n.start_point.row:
-                continue  # a trailing comment, written with its statement
-            lines.append(f"{I}    {ph.k.tree.text_of(n)}")
-            continue
-        init = n.children_by_field_name("declarator")[0]
-        v = init.child_by_field_name("declarator").text.decode()
-        val = init.child_by_field_name("value")
-        text = f"{I}    {arrs[v]}[{c}] = {renamed(val.start_byte, val.end_byte)};"
-        nxt = loads[j + 1] if j + 1 < len(loads) else None
-        if nxt is not None and nxt.type == "comment" and nxt.start_point.row == n.end_point.row:
-            text += "  " + ph.k.tree.text_of(nxt)
-        lines.append(text)
-    lines.append(f"{I}}}")
-    lines += head()
-    a, b = ph.stores
-    for line in renamed(a, b).split("\n"):
-        if line.startswith(ph.indent):
-            line = line[len(ph.indent):]
-        lines.append((I + "    " + line).rstrip() if line.strip() else "")
-    lines.append(f"{I}}}")
-    lines.append(ph.outer_indent + "}")
-    return "\n".join(lines)
-
-
 def _root(n: Node) -> str | None:
     """The variable an lvalue names: `v`, `a[j]`, `s.f` -> v, a, s."""
     n = strip_parens(n)
@@ -607,240 +510,7 @@ def _is_index_of_access(n: Node, ptr_params) -> bool:
     return base is not None and base.type == "identifier" and base.text.decode() in ptr_params
 
 
-# ---------------------------------------------------------------- the host launch
-
-def _launch(k: Kernel, flat: Flat, factors: list[str]) -> Launch | str:
-    """The single launch of the kernel and its grid formula `(N + M - 1) / M`, with M the launch's
-    block size times `factors` (the elements per thread the kernel has now)."""
-    launches = []
-    for n in walk(k.tree.root):
-        if n.type == "call_expression" and any(c.type == "kernel_call_syntax" for c in n.children):
-            f = n.child_by_field_name("function")
-            if f is not None and k.tree.text_of(f) == flat.kernel:
-                launches.append(n)
-            elif f is not None and f.type == "template_function" and \
-                    f.child_by_field_name("name").text.decode() == flat.kernel:
-                launches.append(n)
-    if len(launches) != 1:
-        return f"{flat.kernel} is launched {len(launches)} times in this file: the rewrite needs its one launch"
-    call = launches[0]
-    if call.child_by_field_name("function").type != "identifier":
-        return f"the launch of {flat.kernel} names template arguments"
-    cfg = next(c for c in call.children if c.type == "kernel_call_syntax")
-    conf = [c for c in cfg.named_children if c.type != "comment"]
-    args = [a for a in call.child_by_field_name("arguments").named_children if a.type != "comment"]
-    names = [p[0] for p in _params(flat.fn)]
-    if len(conf) < 2 or len(args) != len(names):
-        return f"the launch of {flat.kernel} does not pass grid, block and every parameter"
-    narg = _norm(k.tree.text_of(args[names.index(flat.bound)]))
-    block = k.tree.text_of(conf[1])
-    grid = _strip(conf[0])
-    host = syntax.enclosing_function(call)
-    if grid is not None and grid.type == "identifier":
-        gname = grid.text.decode()
-        inits, others = [], []
-        for n in walk(host):
-            if n.type == "init_declarator" and n.child_by_field_name("declarator").type == "identifier" \
-                    and n.child_by_field_name("declarator").text.decode() == gname:
-                inits.append(n)
-            elif n.type == "assignment_expression" and _strip(n.child_by_field_name("left")) is not None \
-                    and k.tree.text_of(_strip(n.child_by_field_name("left"))) == gname:
-                others.append(n)
-            elif n.type == "update_expression" and k.tree.text_of(_strip(n.child_by_field_name("argument"))) == gname:
-                others.append(n)
-            elif n.type == "pointer_expression" and n.child_by_field_name("operator").type == "&" and \
-                    k.tree.text_of(_strip(n.child_by_field_name("argument"))) == gname:
-                others.append(n)
-        if len(inits) != 1 or others or inits[0].start_byte > call.start_byte:
-            return f"the grid {gname} is not set once from a formula before the launch"
-        formula = inits[0].child_by_field_name("value")
-    else:
-        formula = conf[0]
-    f = _strip(formula)
-    if f is None or f.type != "binary_expression" or f.child_by_field_name("operator").type != "/":
-        return f"the grid {squash(k.tree.text_of(formula))} is not (N + B - 1) / B"
-    m = _norm(k.tree.text_of(f.child_by_field_name("right")))
-    count = _count_text(k, f.child_by_field_name("left"), m)
-    if count is None or _norm(count) != narg:
-        return (f"the grid {squash(k.tree.text_of(f))} is not ({squash(k.tree.text_of(args[names.index(flat.bound)]))}"
-                f" + B - 1) / B for the kernel's bound {flat.bound}")
-    want = "*".join(factors + [_norm(block)])
-    if m != want:
-        return (f"the grid divides by {m}, not by the elements one block covers ({want.replace('*', ' * ')}): "
-                f"the kernel and the launch disagree in a way this rewrite does not follow")
-    return Launch(f, count, block, m)
-
-
-def _count_text(k: Kernel, left: Node, m: str) -> str | None:
-    """N as written, when the numerator is N + M - 1 (or N + (M - 1)); None otherwise."""
-    def bare(n):
-        while n is not None and n.type == "parenthesized_expression" and n.named_child_count == 1:
-            n = n.named_children[0]
-        return n
-
-    def op(n, o):
-        return n is not None and n.type == "binary_expression" and n.child_by_field_name("operator").type == o
-
-    n = bare(left)
-    if op(n, "-") and _norm(k.tree.text_of(n.child_by_field_name("right"))) == "1":
-        s = bare(n.child_by_field_name("left"))
-        if op(s, "+") and _norm(k.tree.text_of(s.child_by_field_name("right"))) == m:
-            return k.tree.text_of(s.child_by_field_name("left"))
-    if op(n, "+"):
-        right = _norm(k.tree.text_of(n.child_by_field_name("right")))
-        if right == f"{m}-1" or (m.isdigit() and right.isdigit() and int(right) == int(m) - 1):
-            return k.tree.text_of(n.child_by_field_name("left"))
-    return None
-
-
-def grid_edit(launch: Launch, block: str, factors: list[str]) -> Edit:
-    per = " * ".join(factors + [block])
-    per_p = per if re.fullmatch(r"\w+", per) else f"({per})"
-    return Edit(launch.grid.start_byte, launch.grid.end_byte, f"({launch.count} + {per} - 1) / {per_p}")
-
-
-# ---------------------------------------------------------------- emitting the tiled form
-
-class _Names:
-    def __init__(self, taken: set[str]):
-        self.taken = set(taken)
-
-    def __call__(self, want: str) -> str:
-        n = want
-        while n in self.taken:
-            n += "_"
-        self.taken.add(n)
-        return n
-
-
-def _vec_load(p: Ptr, arr: str, ci: str, e: str, ind: str, nm: _Names) -> list[str]:
-    size, vtype, fields = ELEMENTS[p.elem]
-    tmp = nm(f"{p.name}_vec")
-    out = [f"{ind}const {vtype} {tmp} = *reinterpret_cast<const {vtype}*>({p.name} + {e});"]
-    if fields:
-        parts = [f"{arr}[{ci}][{j}] = {tmp}.{f};" for j, f in enumerate(fields)]
-    else:
-        from_bits = _BITS[p.elem][0]
-        parts = []
-        for j, f in enumerate("xyzw"):
-            parts.append(f"{arr}[{ci}][{2 * j}] = {from_bits}((unsigned short){tmp}.{f});")
-            parts.append(f"{arr}[{ci}][{2 * j + 1}] = {from_bits}((unsigned short)({tmp}.{f} >> 16));")
-    per_line = 4 if fields else 2
-    for j in range(0, len(parts), per_line):
-        out.append(ind + " ".join(parts[j:j + per_line]))
-    return out
-
-
-def _vec_store(p: Ptr, arr: str, ci: str, e: str, ind: str) -> list[str]:
-    size, vtype, fields = ELEMENTS[p.elem]
-    if fields:
-        vals = [f"{arr}[{ci}][{j}]" for j in range(len(fields))]
-        return [f"{ind}*reinterpret_cast<{vtype}*>({p.name} + {e}) = make_{vtype}({', '.join(vals)});"]
-    to_bits = _BITS[p.elem][1]
-    words = [f"(unsigned){to_bits}({arr}[{ci}][{2 * j}]) | ((unsigned){to_bits}({arr}[{ci}][{2 * j + 1}]) << 16)"
-             for j in range(4)]
-    lines = [f"{ind}*reinterpret_cast<uint4*>({p.name} + {e}) = make_uint4("]
-    lines += [f"{ind}    {w}{',' if j < 3 else ');'}" for j, w in enumerate(words)]
-    return lines
-
-
-def _body_text(flat: Flat, subst: dict[str, str], indent: str) -> list[str]:
-    """The body statements with every p[index] replaced by subst[p], re-indented to `indent`."""
-    a, b = flat.region
-    edits = [Edit(n.start_byte - a, n.end_byte - a, subst[p]) for n, p in flat.accesses]
-    text = syntax.apply_edits(flat.k.tree.data[a:b].decode(), edits)
-    out = []
-    for line in text.split("\n"):
-        if line.startswith(flat.indent):
-            line = line[len(flat.indent):]
-        out.append((indent + line).rstrip() if line.strip() else "")
-    return out
-
-
-def _comment(indent: str, text: str) -> list[str]:
-    import textwrap
-    return [f"{indent}// {ln}" for ln in textwrap.wrap(text, 100 - len(indent) - 3)]
-
-
-def emit(flat: Flat, vec: bool, count: str) -> str:
-    """The kernel's new body (a compound statement) in the tiled form: `count` items per thread,
-    each one element (vec False) or one 16-byte vector of every pointer (vec True)."""
-    nm = _Names(flat.names)
-    I = flat.head_indent or "    "
-    outer = flat.outer_indent
-    base, c = nm("base"), nm("c")
-    arrs = {p.name: nm(f"{p.name}_v") for p in flat.ptrs}
-    N = flat.bound
-    loaded = [p for p in flat.ptrs if p.read]
-    stored = [p for p in flat.ptrs if p.written]
-    pnames = ", ".join(p.name for p in flat.ptrs)
-    lines = ["{"]
-    if vec:
-        V = flat.lanes
-        aligned, e, k = nm("aligned"), nm("e"), nm("k")
-        vt = ELEMENTS[flat.ptrs[0].elem][1]
-        vec_first = f"({base} + (long long){c} * blockDim.x) * {V}"  # the item's first element
-        lines += _comment(I, f"vector_access: every thread takes {count} block-strided 16-byte vectors: {V} "
-                             f"consecutive elements of each of {pnames}. A vector that lies wholly below {N} while "
-                             f"every base pointer is 16-byte aligned is read and written as one {vt}; otherwise "
-                             f"element by element (the {N} % {V} tail, a misaligned base). Every load comes before "
-                             f"any store: an in-place call reads each element before it is overwritten.")
-        lines += [
-            f"{I}const bool {aligned} = (({' | '.join(f'(unsigned long long){p.name}' for p in flat.ptrs)}) & 15ull) == 0;",
-            f"{I}const long long {base} = (long long)blockIdx.x * blockDim.x * {count} + threadIdx.x;",
-        ]
-        lines += [f"{I}{p.elem} {arrs[p.name]}[{count}][{V}];" for p in flat.ptrs]
-        if loaded:
-            lines += _item_loop(I, c, count, "long long", e, vec_first, N)
-            lines.append(f"{I}    if ({aligned} && {e} + {V} <= {N}) {{")
-            for p in loaded:
-                lines += _vec_load(p, arrs[p.name], c, e, I + "        ", nm)
-            lines += [f"{I}    }} else {{",
-                      f"{I}        for (int {k} = 0; {k} < {V} && {e} + {k} < {N}; ++{k}) {{"]
-            lines += [f"{I}            {arrs[p.name]}[{c}][{k}] = {p.name}[{e} + {k}];" for p in loaded]
-            lines += [f"{I}        }}", f"{I}    }}", f"{I}}}"]
-        lines += _item_loop(I, c, count, "long long", e, vec_first, N)
-        lines += [f"{I}    for (int {k} = 0; {k} < {V}; ++{k}) {{",
-                  f"{I}        if ({e} + {k} >= {N}) break;"]
-        if flat.uses_index:
-            lines.append(f"{I}        const {flat.index_type} {flat.index} = {e} + {k};")
-        lines += _body_text(flat, {p.name: f"{arrs[p.name]}[{c}][{k}]" for p in flat.ptrs}, I + "        ")
-        lines += [f"{I}    }}", f"{I}    if ({aligned} && {e} + {V} <= {N}) {{"]
-        for p in stored:
-            lines += _vec_store(p, arrs[p.name], c, e, I + "        ")
-        lines += [f"{I}    }} else {{",
-                  f"{I}        for (int {k} = 0; {k} < {V} && {e} + {k} < {N}; ++{k}) {{"]
-        lines += [f"{I}            {p.name}[{e} + {k}] = {arrs[p.name]}[{c}][{k}];" for p in stored]
-        lines += [f"{I}        }}", f"{I}    }}", f"{I}}}"]
-    else:
-        i = flat.index
-        wide = flat.index_type in _WIDE
-        e = i if wide else nm("e")
-        etype = flat.index_type if wide else "long long"
-        lines += _comment(I, f"coarsening: every thread takes {count} elements, block-strided (coalesced across "
-                             f"the warp); all of its loads are issued before the math, and every load comes before "
-                             f"any store.")
-        lines += [
-            f"{I}const long long {base} = (long long)blockIdx.x * blockDim.x * {count} + threadIdx.x;",
-        ]
-        lines += [f"{I}{p.elem} {arrs[p.name]}[{count}];" for p in flat.ptrs]
-
-        def head():
-            return _item_loop(I, c, count, etype, e, f"{base} + (long long){c} * blockDim.x", N,
-                              None if wide else (flat.index_type, i))
-        if loaded:
-            lines += head()
-            lines += [f"{I}    {arrs[p.name]}[{c}] = {p.name}[{i}];" for p in loaded]
-            lines.append(f"{I}}}")
-        lines += head()
-        lines += _body_text(flat, {p.name: f"{arrs[p.name]}[{c}]" for p in flat.ptrs}, I + "    ")
-        lines += [f"{I}    {p.name}[{i}] = {arrs[p.name]}[{c}];" for p in stored]
-        lines.append(f"{I}}}")
-    lines.append(outer + "}")
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------- finding kernels, reading the tiled form back
+# ---------------------------------------------------------------- finding kernels
 
 def flat_kernels(k: Kernel) -> tuple[list[Flat], list[str]]:
     """Flat kernels of the source (each a __global__ function), and why the other kernels are not."""
@@ -851,238 +521,3 @@ def flat_kernels(k: Kernel) -> tuple[list[Flat], list[str]]:
         got = _kernel_spec(k, fn)
         (found if isinstance(got, Flat) else why).append(got)
     return found, why
-
-
-_TILED_BASE = re.compile(r"const long long (\w+) = \(long long\)blockIdx\.x \* blockDim\.x \* (\w+) \+ threadIdx\.x;")
-
-
-def tiled_scalar(k: Kernel, fn: Node) -> tuple[Flat, str] | None:
-    """(the flat description, the count's name) when kernel `fn` is exactly the tiled form with items
-    of one element that `emit` writes for some flat kernel; None otherwise."""
-    body = fn.child_by_field_name("body")
-    stmts = [c for c in body.named_children if c.type != "comment"] if body is not None else []
-    if len(stmts) < 3:
-        return None
-    m = _TILED_BASE.fullmatch(squash(k.tree.text_of(stmts[0])))
-    if not m:
-        return None
-    base, count = m.group(1), m.group(2)
-    loops = [s for s in stmts if s.type == "for_statement"]
-    if not loops or stmts[-1] is not loops[-1]:
-        return None
-    compute = loops[-1].child_by_field_name("body")
-    parts = [c for c in compute.named_children]
-    # the array of each pointer, from `p[i] = p_v[c];` (stores) and `p_v[c] = p[i];` (loads)
-    arr_of: dict[str, str] = {}
-    pat = re.compile(r"(\w+)\[(\w+)\] = (\w+)\[(\w+)\];")
-    for loop in loops:
-        for c in loop.child_by_field_name("body").named_children:
-            mm = pat.fullmatch(squash(k.tree.text_of(c)))
-            if mm and loop is not loops[-1]:
-                arr_of[mm.group(1)] = mm.group(3)
-    params = {n for n, *_ in _params(fn)}
-    stores = []
-    for c in reversed(parts):
-        mm = pat.fullmatch(squash(k.tree.text_of(c)))
-        if not mm or mm.group(1) not in params:
-            break
-        arr_of[mm.group(3)] = mm.group(1)
-        stores.append(c)
-    if not stores:
-        return None
-    # the loop head: `const T e = base + ...; if (e >= N) break; [const T i = e;]`
-    decl = parts[0]
-    mm = re.fullmatch(r"const ([\w ]+?) (\w+) = " + re.escape(base) + r" \+ \(long long\)(\w+) \* blockDim\.x;",
-                      squash(k.tree.text_of(decl)))
-    if not mm:
-        return None
-    etype, e, cvar = mm.groups()
-    guard = parts[1]
-    mg = re.fullmatch(r"if \(" + re.escape(e) + r" >= (.+)\) break;", squash(k.tree.text_of(guard)))
-    if not mg:
-        return None
-    bound = mg.group(1)
-    idx = 2
-    index, itype = e, etype
-    mi = re.fullmatch(r"const ([\w ]+?) (\w+) = " + re.escape(e) + ";", squash(k.tree.text_of(parts[2]))) \
-        if len(parts) > 2 else None
-    if mi and mi.group(1) not in _WIDE and etype == "long long":
-        itype, index = mi.groups()
-        idx = 3
-    first_body = parts[idx] if idx < len(parts) else None
-    if first_body is None or first_body in stores:
-        return None
-    a = line_start(k.tree.data, first_body.start_byte)
-    z = [p for p in parts if p not in stores][-1].end_byte
-    text = k.tree.data[a:z].decode()
-    for arr, p in arr_of.items():
-        text = re.sub(r"\b" + re.escape(arr) + r"\[" + re.escape(cvar) + r"\]", f"{p}[{index}]", text)
-    ind = k.tree.data[a:first_body.start_byte].decode()
-    I = k.tree.data[line_start(k.tree.data, stmts[0].start_byte):stmts[0].start_byte].decode()
-    lines = [ln[len(ind):] if ln.startswith(ind) else ln for ln in text.split("\n")]
-    inner = "\n".join((I + ln) if ln.strip() else "" for ln in lines)
-    head = k.tree.data[top_level(fn).start_byte:body.start_byte].decode()
-    outer = k.tree.data[line_start(k.tree.data, top_level(fn).start_byte):top_level(fn).start_byte].decode()
-    naive = (f"{head}{{\n{I}{itype} {index} = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
-             f"{I}if ({index} >= {bound}) return;\n{inner}\n{outer}}}")
-    at, end = top_level(fn).start_byte, top_level(fn).end_byte
-    rebuilt = Kernel((k.tree.data[:at] + naive.encode() + k.tree.data[end:]).decode())
-    rfn = next((f for f in syntax.functions(rebuilt.tree) if syntax.function_name(f) == syntax.function_name(fn)),
-               None)
-    if rfn is None:
-        return None
-    spec = _kernel_spec(rebuilt, rfn)
-    if not isinstance(spec, Flat):
-        return None
-    if squash(emit(spec, False, count)) != squash(k.tree.text_of(body)):
-        return None
-    return spec, count
-
-
-def count_name(k: Kernel, flat: Flat) -> str:
-    """A name for the per-thread count: the prefix of the file's tuning constants (AXPBY_BLOCK ->
-    AXPBY_ITEMS_PER_THREAD), else the kernel's name without _kernel / _naive."""
-    tun = [m.group(1) for m in TUNABLE.finditer(k.source) if "_" in m.group(1)]
-    if tun:
-        prefix = tun[0].rsplit("_", 1)[0]
-    else:
-        words = [w for w in flat.kernel.upper().split("_") if w not in ("KERNEL", "NAIVE", "") ]
-        prefix = "_".join(words) or "KL"
-    name = f"{prefix}_{COUNT_SUFFIX}"
-    while re.search(r"\b" + re.escape(name) + r"\b", k.source):
-        name = "KL_" + name
-    return name
-
-
-def count_define(k: Kernel, flat: Flat, name: str, value: int) -> Edit:
-    """Insert `#ifndef NAME / #define NAME value / #endif` after the last tuning constant before the
-    kernel, or above the kernel."""
-    text = (f"#ifndef {name}\n#define {name} {value}   // items per thread: elements, or 16-byte vectors "
-            f"(coarsening; 1: off)\n#endif\n")
-    kstart = top_level(flat.fn).start_byte
-    last = None
-    for m in TUNABLE.finditer(k.source):
-        end = len(k.source[:m.end()].encode())
-        if end <= kstart:
-            last = end
-    if last is not None:
-        at = last + (1 if k.tree.data[last:last + 1] == b"\n" else 0)
-        return Edit(at, at, text)
-    at = insert_at(k, flat.fn)
-    return Edit(at, at, text + "\n")
-
-
-def not_flat(why: list[str]) -> NotApplicable:
-    return NotApplicable("no one-element-per-thread kernel to rewrite: " + ("; ".join(why) or "no __global__ kernel"))
-
-
-# ---------------------------------------------------------------- the two rewrites
-
-def _replace_body(k: Kernel, fn: Node, text: str) -> Edit:
-    body = fn.child_by_field_name("body")
-    return Edit(body.start_byte, body.end_byte, text)
-
-
-def vector_width(flat: Flat) -> str | None:
-    """Why the flat kernel's pointers have no common 16-byte vector form, or None."""
-    for p in flat.ptrs:
-        if p.elem not in ELEMENTS:
-            return f"{flat.kernel}: {p.name} points to {p.elem}: no 16-byte vector form for that type here"
-    if len({ELEMENTS[p.elem][0] for p in flat.ptrs}) != 1:
-        return (f"{flat.kernel}: the pointers accessed at [{flat.index}] have elements of different sizes "
-                f"({', '.join(f'{p.name}: {p.elem}' for p in flat.ptrs)}): one vector width does not fit them all")
-    return None
-
-
-def vectorize(k: Kernel):
-    """vector_access on a flat kernel, or on the coarsened (items of one element) tiled form."""
-    flats, why = flat_kernels(k)
-    for flat in flats:
-        if vector_width(flat):
-            why.append(vector_width(flat))
-            continue
-        launch = _launch(k, flat, [])
-        if isinstance(launch, str):
-            why.append(launch)
-            continue
-        name = count_name(k, flat)
-        lanes = flat.lanes
-        edits = [_replace_body(k, flat.fn, emit(flat, True, name)), count_define(k, flat, name, 1),
-                 grid_edit(launch, launch.block, [str(lanes), name])]
-        return _applied(k, flat.fn, edits, "vector_access",
-                        {"form": "flat elementwise", "kernel": flat.kernel, "lanes": lanes,
-                         "vector": ELEMENTS[flat.ptrs[0].elem][1], "pointers": [p.name for p in flat.ptrs],
-                         "count": name, "count_value": 1})
-    for fn in syntax.functions(k.tree):
-        if "__global__" not in syntax.function_qualifiers(fn):
-            continue
-        got = tiled_scalar(k, fn)
-        if got is None:
-            continue
-        spec, name = got
-        if vector_width(spec):
-            why.append(vector_width(spec))
-            continue
-        launch = _launch(k, spec, [name])
-        if isinstance(launch, str):
-            why.append(launch)
-            continue
-        edits = [_replace_body(k, fn, emit(spec, True, name)),
-                 grid_edit(launch, launch.block, [str(spec.lanes), name])]
-        return _applied(k, fn, edits, "vector_access",
-                        {"form": "coarsened elementwise", "kernel": spec.kernel, "lanes": spec.lanes,
-                         "vector": ELEMENTS[spec.ptrs[0].elem][1], "pointers": [p.name for p in spec.ptrs],
-                         "count": name})
-    return not_flat(why)
-
-
-def coarsen(k: Kernel, value: int):
-    """coarsening on a flat kernel (`value` elements per thread through a new per-thread count), or
-    on a flat-index kernel whose body declares what it loads, then stores (`value` items)."""
-    flats, why = flat_kernels(k)
-    for flat in flats:
-        launch = _launch(k, flat, [])
-        if isinstance(launch, str):
-            why.append(launch)
-            continue
-        name = count_name(k, flat)
-        edits = [_replace_body(k, flat.fn, emit(flat, False, name)), count_define(k, flat, name, value),
-                 grid_edit(launch, launch.block, [name])]
-        return _applied(k, flat.fn, edits, "coarsening",
-                        {"form": "flat elementwise", "kernel": flat.kernel, "name": name, "value": str(value),
-                         "previous": "flat", "pointers": [p.name for p in flat.ptrs]}, locus=name)
-    for fn in syntax.functions(k.tree):
-        if "__global__" not in syntax.function_qualifiers(fn) or not k.live(fn):
-            continue
-        if any(f.fn == fn for f in flats):
-            continue
-        ph = _kernel_spec(k, fn, any_index=True)
-        if isinstance(ph, str):
-            if ph not in why:
-                why.append(ph)
-            continue
-        launch = _launch(k, ph, [])
-        if isinstance(launch, str):
-            why.append(launch)
-            continue
-        name = count_name(k, ph)
-        edits = [_replace_body(k, fn, emit_phased(ph, name)), count_define(k, ph, name, value),
-                 grid_edit(launch, launch.block, [name])]
-        return _applied(k, fn, edits, "coarsening",
-                        {"form": "loads then stores", "kernel": ph.kernel, "name": name, "value": str(value),
-                         "previous": "flat", "registers": [v for v, _ in ph.locals]}, locus=name)
-    return not_flat(why)
-
-
-def _applied(k: Kernel, fn: Node, edits: list[Edit], mechanism: str, config: dict, locus: str | None = None):
-    from klineage.mechanisms.base import Applied
-    new = k.tree.edit(edits)
-    if locus is None:
-        kname = syntax.function_name(fn)
-        feats = [f for f in vector_features(Kernel(new)) if f.locus.startswith(f"{kname}:")]
-        locus = feats[0].locus if feats else kname
-    body = fn.child_by_field_name("body")
-    nk = Kernel(new)
-    nfn = next(f for f in syntax.functions(nk.tree) if syntax.function_name(f) == syntax.function_name(fn))
-    return Applied(new, mechanism, locus, before=k.tree.text_of(body),
-                   after=nk.tree.text_of(nfn.child_by_field_name("body")), config=config)

@@ -126,7 +126,7 @@ class VectorAccess(Mechanism):
         if not calls:
             if locus is None and not config.get("call"):
                 # natural code with nothing to restore: a one-element-per-thread kernel is vectorized
-                from klineage.mechanisms.elementwise import vectorize
+                from klineage.mechanisms.elementwise_rewrite import vectorize
                 got = vectorize(k)
                 if got.ok:
                     return got

@@ -22,7 +22,7 @@ from klineage.lineage.admit import rewrite_for
 from klineage.mechanisms import detect_all
 from klineage.mechanisms.base import Kernel
 from klineage.mechanisms.coarsening import Coarsening
-from klineage.mechanisms.elementwise import vectorize
+from klineage.mechanisms.elementwise_rewrite import vectorize
 from klineage.mechanisms.restrict import Restrict
 from klineage.mechanisms.launch_bounds import LaunchBounds
 from klineage.mechanisms.vector_access import VectorAccess

@@ -10,8 +10,10 @@ import pytest
 from klineage.mechanisms import detect_all, registry
 from klineage.mechanisms.base import Kernel
 from klineage.mechanisms.launch_bounds import LaunchBounds
-from klineage.mechanisms.structural import (AsyncCopy, MultistageBuffer, OnlineSoftmax, RegisterTiling, SmemSwizzle,
-                                            TensorCoreMMA, ThreadBlockCluster, TMA, WarpSpecialization, Wgmma)
+from klineage.mechanisms.structural.dataflow import OnlineSoftmax, RegisterTiling, SmemSwizzle
+from klineage.mechanisms.structural.declared import ThreadBlockCluster
+from klineage.mechanisms.structural.pipeline import (AsyncCopy, MultistageBuffer, TensorCoreMMA, TMA,
+                                                     WarpSpecialization, Wgmma)
 from klineage.parse.syntax import SourceTree
 
 from mechtest import assert_compiles, dedent
