@@ -7,7 +7,7 @@ For every accepted transition K_{i-1} -> K_i (simpler -> richer) of the library:
   probes      both kernels run on the stress probes of lineage/probe.py (correctness only);
               a probe the richer kernel fails and the simpler one passes is a precondition and
               a risk of the step;
-  static      static preconditions of the richer kernel at the mechanism's lines (lineage/static.py);
+  static      static preconditions of the richer kernel at the mechanism's lines (lineage/static/);
   scope       both kernels compiled for sm_80, sm_89, sm_90a, sm_100, sm_120 (lineage/scope.py);
               a richer kernel that fails where the simpler one compiles gets a hardware
               precondition citing nvcc.

@@ -11,6 +11,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from klineage.errors import StoreError
 from klineage.store.base import Repository, dumps, format_time, now, parse_time
