@@ -36,13 +36,6 @@ COMPANIONS: dict[str, frozenset[str]] = {
     "async_copy": frozenset({"multistage_buffer"}),
     "multistage_buffer": frozenset({"async_copy"}),
 }
-# What a shape rewriter's structural step writes with its mechanism (audit_structural): a row held in
-# registers is a fixed per-thread count of elements (a compile-time array length), which the coarsening
-# detector reads. A ladder rung bundling the two is still two steps (its compound step peels the count
-# off by the rules first).
-REWRITE_COMPANIONS: dict[str, frozenset[str]] = {
-    "register_cache": frozenset({"coarsening"}),
-}
 
 
 def _keys(fs: list[Feature]) -> set:
@@ -259,7 +252,9 @@ def audit_structural(before: list[Feature], after: list[Feature], mechanism: str
     keeps move with it; audit_version), and by the shape recognisers' reading: `mechanism` is present
     after, nothing else they read appears and nothing goes."""
     v = audit_version(after, before, mechanism, known)
-    written = REWRITE_COMPANIONS.get(mechanism, frozenset())
+    from klineage.mechanisms import registry
+    family = registry().get(mechanism)
+    written = frozenset(getattr(family, "WRITTEN_WITH", ()))
     if not v["ok"] and written and not v["lost_forward"] and set(v["added_forward"]) - {mechanism} <= written:
         v = {**v, "ok": True, "reason": "", "companions": sorted(set(v["added_forward"]) & written)}
     gone, came = sorted(shape_before - shape_after), sorted(shape_after - shape_before)

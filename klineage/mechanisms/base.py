@@ -138,6 +138,10 @@ class Mechanism:
     # How a compiler-evidence site meets a source feature of the family: "lines" (the site's lines fall
     # in the feature's span) or "function" (the site is in the feature's function, or inlined there).
     COMPILED_MATCH: ClassVar[str] = "lines"
+    # Families a shape rewriter's structural step for this mechanism writes with it (audit_structural):
+    # a register cache's row is a compile-time per-thread count, which the coarsening detector reads.
+    # A ladder rung bundling the two is still two steps (its compound step peels the other off first).
+    WRITTEN_WITH: ClassVar[tuple[str, ...]] = ()
 
     def detect(self, k: Kernel) -> list[Feature]:
         raise NotImplementedError

@@ -185,6 +185,7 @@ class ReduceThenScan(_Declared):
 
 class RegisterCache(_Declared):
     NAME = "register_cache"
+    WRITTEN_WITH = ("coarsening",)
     DESCRIPTION = ("values loaded once are held in registers and passed over more than once (a step's "
                    "values: their max, then their exponentials), instead of re-reading memory or updating "
                    "element by element")
