@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from klineage.parse.text import split_top_level
+
 Loc = tuple[int, int]  # (file index, line)
 
 _LOC = re.compile(r"\.loc\s+(\d+)\s+(\d+)\s+(\d+)(?:\s*,\s*function_name\s+(\$?[\w.]+))?"
@@ -186,23 +188,6 @@ def _skip_template_args(s: str) -> str:
     return ""
 
 
-def _split_operands(text: str) -> list[str]:
-    out, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        out.append("".join(cur).strip())
-    return out
-
-
 def _regs(text: str) -> list[str]:
     return [r.split("|")[0] for r in _REG.findall(text)]
 
@@ -333,7 +318,7 @@ def read_ptx(text: str) -> Module:
                 guard, stmt = g.group(1), stmt[g.end():]
             parts = stmt.split(None, 1)
             opcode = parts[0]
-            operands = _split_operands(parts[1]) if len(parts) > 1 else []
+            operands = split_top_level(parts[1], "{[", "}]") if len(parts) > 1 else []
             n_dest = _dest_count(opcode, operands)
             dests = [r for o in operands[:n_dest] for r in _regs(o)]
             if opcode.startswith("shfl") and operands:  # `%r6|%p1`: the predicate is written too

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from klineage.lineage.static.source import Region, Src, _names, _pre, _split_args, block_facts, template_values
+from klineage.lineage.static.source import Region, Src, _names, _pre, block_facts, template_values
 from klineage.parse import syntax
+from klineage.parse.text import split_top_level
 
 _WARP_CALL = re.compile(r"\b(__shfl(?:_xor|_down|_up)?_sync|__ballot_sync|__any_sync|__all_sync|"
                         r"__match_(?:any|all)_sync|__reduce_\w+_sync)\s*\(\s*([^,()]+)")
@@ -188,7 +189,7 @@ def rule_launch_bounds(src: Src, reg: Region, feature: dict | None, mechanism: s
         if f is None or (feature and f.name not in reg.core_fns):
             continue
         bounds = re.sub(r"\s+", " ", m.group(1).strip())
-        args = _split_args(bounds)
+        args = split_top_level(bounds)
         n_txt = args[0]
         vals = set()
         tvals = template_values(src, f.name)

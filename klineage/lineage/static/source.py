@@ -13,6 +13,7 @@ from functools import cached_property
 from klineage.gate.guard import strip_comments
 from klineage.mechanisms.base import Kernel
 from klineage.parse import syntax
+from klineage.parse.text import split_top_level
 
 CATEGORIES = ("data_types", "layout", "storage", "pipeline", "hardware")
 PROBES = ("misaligned_base", "ragged_size", "large_magnitude", "tiny_size")
@@ -279,23 +280,6 @@ _LAUNCH = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}]*?>)?\s*<<<\s*([^;]*?)>>>")
 _BLOCKDIM = re.compile(r"\bblockDim\s*=\s*(?:dim3\s*)?\(?([^;]*?)\)?\s*;")
 
 
-def _split_args(text: str) -> list[str]:
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        if ch in "([<{":
-            depth += 1
-        elif ch in ")]>}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur.strip())
-    return out
-
-
 def launch_blocks(src: Src, kernels: set[str]) -> list[tuple[int, str]]:
     """(line, block-size expression) of the launches of `kernels` in host code: `k<<<g, b>>>`
     (directly or through a variable holding the kernel), cudaLaunchKernelEx with a config's
@@ -311,16 +295,16 @@ def launch_blocks(src: Src, kernels: set[str]) -> list[tuple[int, str]]:
             if m.group(2) in kernels:
                 names.add(m.group(1))
         for ln, m in src.find(_LAUNCH, lines):
-            args = _split_args(m.group(2))
+            args = split_top_level(m.group(2))
             if m.group(1) in names and len(args) >= 2:
                 out.append((ln, args[1]))
         for ln, m in src.find(r"\bcudaLaunchCooperativeKernel\s*\(([^;]*)\)\s*;", lines):
-            args = _split_args(m.group(1))
+            args = split_top_level(m.group(1))
             if len(args) >= 3 and re.sub(r"[&()\s]|\(void\s*\*\)", "", args[0]) in names:
                 out.append((ln, args[2]))
-        launched_ex = any(re.sub(r"[&\s]", "", _split_args(m.group(1))[1]) in names
+        launched_ex = any(re.sub(r"[&\s]", "", split_top_level(m.group(1))[1]) in names
                           for _, m in src.find(r"\bcudaLaunchKernelEx\s*\(([^;]*)\)", lines)
-                          if len(_split_args(m.group(1))) > 1)
+                          if len(split_top_level(m.group(1))) > 1)
         if launched_ex:
             for ln, m in src.find(_BLOCKDIM, lines):
                 out.append((ln, m.group(1).strip()))
@@ -332,7 +316,7 @@ def template_values(src: Src, fn_name: str) -> dict[str, set[int]]:
     params = src.template_params(fn_name)
     vals: dict[str, set[int]] = {p: set() for p in params}
     for _, m in src.find(rf"\b{re.escape(fn_name)}\s*<([^;{{}}]*?)>", None):
-        for p, a in zip(params, _split_args(m.group(1))):
+        for p, a in zip(params, split_top_level(m.group(1))):
             if (v := src.value(a)) is not None:
                 vals[p].add(v)
     return vals
