@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from klineage.lineage.admit import rewrite_for
+from klineage.records import SkillCard, as_card, to_plain
 from klineage.tuning import matches
 from klineage.tuning import axis as _axis
 from klineage.tuning import role as _role
@@ -76,11 +77,16 @@ def bake(source: str, values: dict[str, int]) -> str:
     return TUNABLE_RE.sub(sub, source)
 
 
+def _card(skill: dict) -> SkillCard | None:
+    """A library row's card as a SkillCard; None for a skill without one (the random control's)."""
+    return as_card(skill["card"]) if skill.get("card") else None
+
+
 def _measured(skill: dict) -> list[list[dict]]:
     """The quantitative configurations of the kernels a skill was measured in (its card's
     carrier.measured_configuration: one list of {name, value, role[, axis]} per kernel)."""
-    carrier = (skill.get("card") or {}).get("carrier") or {}
-    return [m.get("values") or [] for m in carrier.get("measured_configuration") or []]
+    card = _card(skill)
+    return [] if card is None else [[to_plain(v) for v in m.values] for m in card.carrier.measured_configuration]
 
 
 def _steered(skills: list[dict], name: str) -> list[int]:
@@ -93,7 +99,8 @@ def _steered(skills: list[dict], name: str) -> list[int]:
     if role is None:
         return vals
     for s in skills:
-        for ex in (s.get("card") or {}).get("carrier", {}).get("example_configuration") or []:
+        card = _card(s)
+        for ex in [] if card is None else card.carrier.example_configuration:
             ex_name = str(ex.get("name", ""))
             item = {"role": _role(ex_name), "axis": _axis(ex_name)}
             if isinstance(ex.get("value"), int) and item["role"] and matches(name, item):
@@ -326,10 +333,10 @@ class RulesMaterializer:
     def propose(self, skill: dict, kernel: str, wl: Workload, feedback: str | None = None) -> list[Candidate]:
         """The mechanism's forward rewrite (its family's reoptimize, else a shape rewriter's with the
         card's parameters); a skill without a card (the random control's) takes the rewriters' own."""
-        card = skill.get("card") or {}
-        requires = [r if isinstance(r, str) else r[-1] for r in card.get("requires") or []]
-        got = rewrite_for(skill["mechanism"], kernel, requires, (card.get("carrier") or {}).get("config"),
-                          card=card or None, workload=wl, structural=self.structural)
+        card = _card(skill)
+        requires = [] if card is None else [r[-1] for r in card.requires]
+        got = rewrite_for(skill["mechanism"], kernel, requires, None, card=card, workload=wl,
+                          structural=self.structural)
         if got is None:
             return []
         src, info = got

@@ -31,7 +31,7 @@ from klineage import settings
 from klineage.lineage.probe import KIND_TEXT
 from klineage.errors import StoreError
 from klineage.mechanisms import detect_all
-from klineage.records import SkillCard
+from klineage.records import SkillCard, as_card
 from klineage.records.skill_card import Precondition
 from klineage.workload import ALIAS_KEY, OFFSET_KEY, Workload, load_workload
 
@@ -223,11 +223,8 @@ def rank_terms(card: SkillCard, mechanism: str, t: TargetFacts) -> dict:
 def card_of(row: dict) -> SkillCard:
     """The validated card of a library row (store.skills()); StoreError naming the skill when the
     stored card is not a skill card."""
-    card = row["card"]
-    if isinstance(card, SkillCard):
-        return card
     try:
-        return SkillCard.model_validate(card)
+        return as_card(row["card"])
     except ValueError as exc:
         first = str(exc).splitlines()
         raise StoreError(f"skill {row.get('name')!r} ({row.get('skill_id')}) holds a card that is not a skill card "

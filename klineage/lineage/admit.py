@@ -44,6 +44,7 @@ from klineage.lineage.lift import effect_claim
 from klineage.lineage.walk import compare_timing
 from klineage.mechanisms import Applied, Kernel, detect_all, registry
 from klineage.mechanisms import shapes
+from klineage.records import SkillCard, as_card, to_plain
 from klineage.workload import Workload
 
 MAX_TARGETS = 2
@@ -92,18 +93,16 @@ def has_forward_rewrite(mechanism: str, structural: bool = True) -> bool:
     return (m is not None and not m.STRUCTURAL) or (structural and shapes.knows(mechanism))
 
 
-def shape_config(card: dict | None) -> dict:
+def shape_config(card: SkillCard | None) -> dict:
     """What a shape rewriter reads of a card to choose its parameters: the anchor and the measured
-    configurations of the kernels the skill was mined from."""
-    if not card:
+    configurations of the kernels the skill was mined from (as plain dicts)."""
+    if card is None:
         return {}
-    carrier = card.get("carrier") or {}
-    return {"anchor": (card.get("anchor") or {}).get("signature", ""),
-            "measured": carrier.get("measured_configuration") or []}
+    return {"anchor": card.anchor.signature, "measured": [to_plain(m) for m in card.carrier.measured_configuration]}
 
 
 def rewrite_for(mechanism: str, source: str, requires: list[str], config: dict | None = None,
-                card: dict | None = None, workload=None, structural: bool = True) -> tuple[str, dict] | None:
+                card: SkillCard | None = None, workload=None, structural: bool = True) -> tuple[str, dict] | None:
     """M's forward rewrite on `source` if it adds M (and nothing else) where `requires` hold: the
     family's reoptimize (with `config`, a card's example configuration, first), else (with
     `structural`) a shape rewriter's structural rewrite with the parameters of `card`."""
@@ -190,22 +189,24 @@ def _key(shape: dict) -> tuple:
 CLAIM_TEXT = {"faster": "faster", "neutral": "no measurable difference", "slower": "slower"}
 
 
-def admit_skill(card: dict, targets_by_workload: dict[str, list[Target]], gate: Gate, replay: bool = False,
+def admit_skill(card: SkillCard | dict, targets_by_workload: dict[str, list[Target]], gate: Gate, replay: bool = False,
                 missing: list | None = None, structural: bool = True) -> dict:
-    """The admission verdict of one skill card: {"status", "claim", "trials", "risks", "reason"}."""
-    mech = card["mechanism"]
+    """The admission verdict of one skill card (a SkillCard, or a plain card validated as one):
+    {"status", "claim", "trials", "risks", "reason"}."""
+    card = as_card(card)
+    mech = card.mechanism
     if not has_forward_rewrite(mech, structural):
         return {"status": "pending", "trials": [], "risks": [],
                 "reason": "no forward rewrite for this mechanism yet: a materializer (apply stage) will roundtrip it"}
-    median = (card.get("effects") or {}).get("median_speedup")
-    claim = effect_claim(median) if median is not None else "faster"
+    median = card.effects.median_speedup
+    claim = effect_claim(median)
     if claim == "slower":
         return {"status": "slower", "claim": claim, "trials": [], "risks": [],
                 "reason": f"its measured effect is a slowdown (median {median:.3f}x): the apply stage keeps only "
                           "faster kernels, so a reproduced slowdown would admit nothing it can use; not tried"}
-    sources = {c["workload"] for c in card["effects"]["per_case"]}
-    requires = sorted({r[1] for r in card.get("requires", [])})
-    examples = [c for c in card["carrier"].get("example_configuration", []) if "version" not in c]
+    sources = {c.workload for c in card.effects.per_case}
+    requires = sorted({r[1] for r in card.requires})
+    examples = [c for c in card.carrier.example_configuration if "version" not in c]
     trials, risks = [], []
     tried = 0
     for wname in sorted(targets_by_workload):

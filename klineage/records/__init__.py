@@ -9,7 +9,7 @@ from klineage.records.base import to_json, to_plain
 from klineage.records.evaluation import EvaluationRecord, EvaluationResult, Status
 from klineage.records.lineage import LineageRecord, Rejection, Transition
 from klineage.records.runs import ApplyStep, HeldoutRow
-from klineage.records.skill_card import SkillCard, SkillRow
+from klineage.records.skill_card import SkillCard, SkillRow, as_card
 
-__all__ = ["ApplyStep", "EvaluationRecord", "EvaluationResult", "HeldoutRow", "LineageRecord", "Rejection", "SkillCard", "SkillRow", "Status",
+__all__ = ["ApplyStep", "EvaluationRecord", "EvaluationResult", "HeldoutRow", "LineageRecord", "Rejection", "SkillCard", "SkillRow", "Status", "as_card",
            "Transition", "to_json", "to_plain"]

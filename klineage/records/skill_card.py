@@ -167,6 +167,12 @@ class SkillCard(Closed):
         return v
 
 
+def as_card(card: "SkillCard | dict") -> "SkillCard":
+    """`card` as a SkillCard: a record passes through, a plain card is validated (ValueError when it
+    is not one)."""
+    return card if isinstance(card, SkillCard) else SkillCard.model_validate(card)
+
+
 class SkillRow(Closed):
     """A row of the skills table: the card with its markdown rendering."""
     skill_id: str

@@ -22,6 +22,7 @@ from klineage.store import open_store
 from klineage.workload import load_workload
 
 from tests.lineage.test_walk import ScriptedGate
+from tests.support.cards import case, skill_card
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "skills_db" / "skills.duckdb"
@@ -252,8 +253,9 @@ def test_the_sweep_adds_axes_until_its_space_is_larger_than_a_budget_can_enumera
 def _measured_card(name: str, values: dict[str, int], workload: str = "gemm") -> dict:
     from klineage.tuning import configuration
     src = "".join(f"#define {k} {v}\n" for k, v in values.items())
-    return {"skill_id": name, "name": name, "card": {"carrier": {"example_configuration": [], "measured_configuration": [
-        {"workload": workload, "kernel": "0" * 12, "values": configuration(src)}]}}}
+    card = skill_card(name, "register_tiling", [case(workload, {"m": 4096}, 1.2)],
+                      measured=[{"workload": workload, "kernel": "0" * 12, "values": configuration(src)}])
+    return {"skill_id": name, "name": name, "card": card}
 
 
 def test_a_cards_measured_configuration_is_a_sweep_point_mapped_by_role_and_axis():

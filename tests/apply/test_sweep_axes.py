@@ -19,6 +19,7 @@ from klineage.pipelines import PipelineError, load_pipeline
 from klineage.workload import load_workload
 
 from tests.apply.test_apply_loop import RefusingGate
+from tests.support.cards import case, skill_card
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "heldout" / "kernels"
@@ -81,9 +82,9 @@ def test_the_steered_sweep_proposes_only_points_that_build():
     default stays first; the next buildable card configuration takes a refused one's place."""
     src = (KERNELS / "attn_idiom.cu").read_text()
     check = Fake(attention_rule)
-    card = lambda name, values: {"skill_id": name, "name": name, "card": {"carrier": {  # noqa: E731
-        "example_configuration": [], "measured_configuration": [{"workload": "w", "kernel": "0" * 12, "values": [
-            {"name": k, "value": v, "role": r, **({"axis": a} if a else {})} for k, v, r, a in values]}]}}}
+    card = lambda name, values: {"skill_id": name, "name": name, "card": skill_card(  # noqa: E731
+        name, "register_tiling", [case("w", {"n": 1024}, 1.2)], measured=[{"workload": "w", "kernel": "0" * 12, "values": [
+            {"name": k, "value": v, "role": r, **({"axis": a} if a else {})} for k, v, r, a in values]}])}
     refused_card = card("big", [("BLOCK_M", 256, "tile", "M"), ("BLOCK_N", 64, "tile", "N")])
     built_card = card("small", [("BLOCK_M", 64, "tile", "M"), ("BLOCK_N", 64, "tile", "N")])
     pts = sweep_points(src, [refused_card, built_card], check)

@@ -1,6 +1,5 @@
 """Probe sets, probe workloads, probe-result -> precondition logic, and admission verdicts, driven
 by recorded-style gate results and a scripted gate (a test double; no figure here is measured)."""
-import copy
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,8 @@ from klineage.lineage import admit, probe
 from klineage.lineage.lift import effect_label
 from klineage.mechanisms import detect_all
 from klineage.workload import load_workload
+
+from tests.support.cards import case, skill_card
 
 from .test_walk import ScriptedGate
 
@@ -107,11 +108,9 @@ def test_effect_labels():
     assert effect_label([1.004, 0.998, 1.02]) == "neutral"
 
 
-def _card(mechanism, workload="row_sum", median=None):
-    eff = {"per_case": [{"workload": workload}]}
-    if median is not None:
-        eff["median_speedup"] = median
-    return {"mechanism": mechanism, "requires": [], "carrier": {"example_configuration": []}, "effects": eff}
+def _card(mechanism, workload="row_sum", median=1.2):
+    """A complete card of `mechanism` mined on `workload` with the median speedup `median`."""
+    return skill_card(f"{mechanism}/test", mechanism, [case(workload, {"rows": 1024, "cols": 1024}, median)])
 
 
 def test_admission_roundtrip_on_another_workload():

@@ -21,15 +21,17 @@ def case(workload: str, shape: dict, speedup: float, platform: str = PLATFORM) -
 def skill_card(name: str, mechanism: str, cases: list[dict], *, provides: list[list[str]] = (),
                requires: list[list[str]] = (), conflicts: list[list[str]] = (), example: list[dict] = (),
                preconditions: dict | None = None, admitted: bool = True, platform: str = PLATFORM,
-               intent: str | None = None) -> dict:
-    """A complete card (plain form) for a skill called `name` of `mechanism`, measured in `cases`."""
+               intent: str | None = None, measured: list[dict] = ()) -> dict:
+    """A complete card (plain form) for a skill called `name` of `mechanism`, measured in `cases`;
+    `measured`: its carrier's measured configurations ({workload, kernel, values})."""
     sid = hashlib.sha256(name.encode()).hexdigest()[:16]
     speeds = [c["speedup"] for c in cases] or [1.0]
     card = {
         "skill_id": sid, "name": name, "mechanism": mechanism,
         "anchor": {"signature": f"{mechanism} (test)", "query": "(test fixture)", "paths": []},
         "carrier": {"before": "", "after": "", "forward_rewrite": f"klineage.mechanisms.{mechanism}: reoptimize",
-                    "example_configuration": list(example), "measured_configuration": [], "diff": ""},
+                    "example_configuration": list(example), "measured_configuration": list(measured),
+                    "diff": ""},
         "preconditions": preconditions or {},
         "effects": {"median_speedup": sorted(speeds)[len(speeds) // 2], "spread": 0.0,
                     "case_range": [min(speeds), max(speeds)], "per_case": list(cases)},
