@@ -123,7 +123,7 @@ def restore(mechanism: str, richer: str, simpler: str, config: dict) -> str | No
     """The family's reoptimize (with `config`) applied to `simpler` once per place `richer` has
     `mechanism`, or None when that does not give exactly `richer`'s features (by both kinds of
     evidence: klineage's own re-derivation audit)."""
-    from klineage.lineage.audit import audit_rederived
+    from klineage.mechanisms.audit import audit_rederived
     from klineage.mechanisms import Applied, Kernel, detect_all, registry
     fam = registry().get(mechanism)
     if fam is None or fam.STRUCTURAL:

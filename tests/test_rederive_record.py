@@ -23,7 +23,7 @@ import pytest
 
 from klineage.apply.llm import LLMMaterializer
 from klineage.gate.compile import nvcc_version
-from klineage.lineage.audit import audit_rederived
+from klineage.mechanisms.audit import audit_rederived
 from klineage.lineage.proposers import make_proposer
 from klineage.lineage.walk import Limits, Walker
 from klineage.llm import DEFAULT_MODEL, OpenAICompatBackend

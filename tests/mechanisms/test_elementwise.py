@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from klineage.gate.compile import compile_kernel
-from klineage.lineage.admit import rewrite_for
+from klineage.mechanisms.forward import rewrite_for
 from klineage.mechanisms import detect_all
 from klineage.mechanisms.base import Kernel
 from klineage.mechanisms.families.coarsening import Coarsening
