@@ -64,7 +64,7 @@ TARGETS = [
             "tests/gate/test_correctness.py::test_shape_mismatch"],
            "the rule every output is judged by, and the negative controls that show a tolerance is tight"),
     Target("audit", ["klineage/mechanisms/audit.py", "klineage/lineage/audit.py"], [],
-           ["tests/lineage/test_audit_rules.py", "tests/lineage/test_audit.py"],
+           ["tests/mechanisms/test_audit_rules.py"],
            "exactly one mechanism removed, every other kept: what makes a step a step"),
     Target("admission labels", ["klineage/lineage/admit.py"], ["_trial_ratios", "outcome", "_key"],
            ["tests/lineage/test_admission_labels.py"],
@@ -74,7 +74,7 @@ TARGETS = [
            "a step is accepted only if re-deriving it reaches 0.99 of the richer kernel in every trial"),
     Target("workload inputs and check", ["klineage/workload.py"], ["Workload.make_inputs", "Workload.check"],
            ["tests/test_workload.py::test_make_inputs_deterministic_and_seed_dependent",
-            "tests/test_workload.py::test_optional_check_hook", "tests/test_workload_contract.py"],
+            "tests/test_workload.py::test_optional_check_hook"],
            "the inputs every evaluation draws (seeded) and the workload's own output check"),
 ]
 

@@ -70,3 +70,13 @@ def test_a_trial_shows_its_cases_common_label():
     assert admit.outcome([{"label": "slower"}, {"label": "slower"}]) == "slower"
     assert admit.outcome([{"label": "faster"}, {"label": "neutral"}]) == "mixed"
     assert admit.outcome([]) == "none"
+
+
+def test_a_timing_without_a_spread_counts_as_no_spread():
+    """Records made before the spread was kept: the noise is then 1%."""
+    base = result((A, [100.0, 100.0], 0.0))
+    new = result((A, [95.0, 95.0], 0.0))
+    for t in base.timing + new.timing:
+        del t["spread"]
+    (c,) = admit._trial_ratios(base, new)
+    assert c["noise"] == 0.01 and c["label"] == "faster"
