@@ -73,7 +73,7 @@ TARGETS = [
            ["tests/lineage/test_rederive_threshold.py"],
            "a step is accepted only if re-deriving it reaches 0.99 of the richer kernel in every trial"),
     Target("workload inputs and check", ["klineage/workload.py"], ["Workload.make_inputs", "Workload.check"],
-           ["tests/test_workload.py::test_make_inputs_deterministic_and_seed_dependent",
+           ["tests/test_workload_contract.py", "tests/test_workload.py::test_make_inputs_deterministic_and_seed_dependent",
             "tests/test_workload.py::test_optional_check_hook"],
            "the inputs every evaluation draws (seeded) and the workload's own output check"),
 ]
@@ -124,7 +124,9 @@ def mutmut_config(path: str, tests: list[str], jobs: int) -> str:
             "pytest_add_cli_args = [\"-p\", \"no:cacheprovider\", \"-x\", \"-q\"]\n"
             # torch's thread pools do not survive a fork from a process that ran tests: each mutant's
             # test process is forked from a server that only imported them
-            "process_isolation = \"forkserver\"\n")
+            "process_isolation = \"forkserver\"\n"
+            # a loaded machine (2 cores, other work beside) must not turn a slow test into a `timeout`
+            "timeout_multiplier = 60.0\ntimeout_constant = 20.0\n")
 
 
 def run_target(t: Target, work: Path, jobs: int, log) -> dict:
