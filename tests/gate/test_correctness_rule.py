@@ -79,7 +79,8 @@ def test_the_error_figures_and_the_first_bad_element():
 
 def test_the_relative_error_of_an_element_whose_reference_is_zero_is_finite():
     c = compare(t(1.0, 5e-4), t(1.0, 0.0), Tolerance(1e-3, 1e-3, 1.0))
-    assert c.ok and math.isfinite(c.max_rel_err) and c.max_rel_err > 1e20
+    assert c.ok and math.isfinite(c.max_rel_err)
+    assert c.max_rel_err == pytest.approx(5e-4 / (1e-30 * math.sqrt(0.5)))  # against 1e-30 of the rms
 
 
 def test_nan_never_passes_and_infinity_only_where_the_reference_has_it():
@@ -91,7 +92,10 @@ def test_nan_never_passes_and_infinity_only_where_the_reference_has_it():
     assert not compare(t(float("inf"), 1.0), t(1.0, 1.0), tol).ok
     assert not compare(t(float("nan"), 1.0), t(float("nan"), 1.0), tol).ok  # NaN in the reference too
     same = compare(t(float("inf"), -float("inf"), 2.0), t(float("inf"), -float("inf"), 2.0), Tolerance(0.0, 0.0, 1.0))
-    assert same.ok and same.nonfinite == 0 and same.max_abs_err == 0.0
+    assert same.ok and same.nonfinite == 0 and same.max_abs_err == 0.0 and same.max_rel_err == 0.0
+    # an infinite error (a finite output where the reference is infinite) is left out of the figures
+    c = compare(t(5.0, 2.0), t(float("inf"), 2.0), Tolerance(1e-3, 1e-3, 0.5))
+    assert c.nonfinite == 0 and c.max_abs_err == 0.0 and c.max_rel_err == 0.0
     flipped = compare(t(-float("inf"), 2.0), t(float("inf"), 2.0), tol)
     assert not flipped.ok and flipped.nonfinite == 1
 
@@ -141,3 +145,36 @@ def test_negative_controls_on_a_small_shape():
     short = {"x": refs["out"][:3]}
     c = negative_controls(loose, short, refs, shape)
     assert c["copy_of_input"]["rejected"] and c["copy_of_input"]["reason"] == "out: matched 0.3750"
+
+
+def test_the_early_answers_hold_every_figure():
+    inf = math.inf
+    c = compare(torch.zeros(2, 3), torch.zeros(3, 2, dtype=F64), Tolerance(1.0, 1.0, 0.0))
+    assert c.to_dict() == {"ok": False, "elements": 6, "matched_fraction": 0.0, "mismatches": 6, "nonfinite": 0,
+                           "max_abs_err": inf, "max_rel_err": inf, "ref_rms": 0.0, "first_bad_index": None,
+                           "first_bad_value": None, "first_bad_expected": None,
+                           "reason": "shape (2, 3) differs from reference (3, 2)"}
+    c = compare(torch.zeros(0), torch.zeros(0, dtype=F64), Tolerance(0.0, 0.0, 1.0))
+    assert c.to_dict() == {"ok": True, "elements": 0, "matched_fraction": 1.0, "mismatches": 0, "nonfinite": 0,
+                           "max_abs_err": 0.0, "max_rel_err": 0.0, "ref_rms": 0.0, "first_bad_index": None,
+                           "first_bad_value": None, "first_bad_expected": None, "reason": ""}
+
+
+def test_the_rule_computes_in_double_precision_whatever_the_dtypes():
+    """A float32 reference of magnitude 1e20 squares past float32's range: in float64 its rms is 1e20
+    and all-zero outputs fail; computed in float32 the rms would be infinite and anything would pass."""
+    ref = torch.full((4,), 1e20, dtype=torch.float32)
+    c = compare(torch.zeros(4), ref, Tolerance(1e-3, 1e-3, 0.5))
+    assert not c.ok and c.ref_rms == pytest.approx(1e20, rel=1e-6)
+    assert compare(ref.clone(), ref, Tolerance(1e-3, 1e-3, 1.0)).ok
+
+
+def test_a_control_is_rejected_only_when_every_output_rejects_it():
+    """Two outputs: the zeros control matches the first (its reference is zeros) and not the second."""
+    from types import SimpleNamespace
+    wl = SimpleNamespace(input_names=("x",), tolerance=Tolerance(1e-3, 1e-3, 1.0),
+                         outputs=lambda shape: {"a": ((2,), "float32"), "b": ((2,), "float32")})
+    refs = {"a": torch.zeros(2, dtype=F64), "b": torch.ones(2, dtype=F64)}
+    c = negative_controls(wl, {"x": t(7.0, 8.0)}, refs, {})
+    assert not c["zeros"]["rejected"] and c["zeros"]["reason"] == "a: matched 1.0000; b: matched 0.0000"
+    assert c["copy_of_input"]["rejected"] and c["copy_of_input"]["reason"] == "a: matched 0.0000; b: matched 0.0000"
