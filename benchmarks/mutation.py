@@ -94,6 +94,17 @@ ZDEV = ("zeros on the default device: compare() moves the reference to the outpu
 VDTYPE = "the input's leading values keep their dtype: compare() reads them in float64, exactly"
 PAD0 = "when the input holds exactly as many values as the output, padding with none changes nothing"
 VDEV = "the copy stays on the input's device, which is the reference's"
+UNREAD = ("the reason given with evidence that was found is never read: callers read it only when no "
+          "evidence was found")
+SPAN = ("a rules step reaches this line only when exactly the removed (mechanism, locus) is gone, so that "
+        "feature is in the list: `next` never falls back and the span is never None")
+EQUALMAP = ("for an equal block both formulas give the same line: i1 + 1 + (j - j1) never exceeds i2 there, "
+            "so the other branch's min() returns it")
+FALSY = "`here` is read only through `not`: None and False are alike"
+DEAD = ("the last branch of _compiled_changes is unreachable: a family neither kernel's source holds whose "
+        "compiled presence changes is caught by the `removed` or `added` branch above it under the same "
+        "condition, so no change inside it is observable")
+DEFAULT1 = "only the second field of a missing entry's default is read, and it is False either way"
 _CMP = '-return Comparison(False, out.numel(), 0.0, out.numel(), 0, float("inf"), float("inf"), 0.0,'
 _ZEROS = "-fake = torch.zeros(dims, dtype=torch.float64, device=ref.device)"
 _R = "-r = ref.detach().to(ref.device).to(torch.float64).flatten().to(o.device)"
@@ -118,6 +129,24 @@ EQUIVALENT: dict[tuple[str, tuple[str, ...]], str] = {
     ("correctness", ("-vals = first_in[:n].to(torch.float64)", "+vals = first_in[:n].to(None)")): VDTYPE,
     ("correctness", ("-if vals.numel() < n:", "+if vals.numel() <= n:")): PAD0,
     ("correctness", ("-fake = vals.reshape(dims).to(ref.device)", "+fake = vals.reshape(dims).to(None)")): VDEV,
+    ("audit", ('-return ev, ""', '+return ev, "XXXX"')): UNREAD,
+    ("audit", ('-return eb, ea, ""', '+return eb, ea, "XXXX"')): UNREAD,
+    ("audit", ('-span = next((f.lines for f in before if f.key == (mechanism, locus)), None)', '+span = next((f.lines for f in before if f.key == (mechanism, locus)), )')): SPAN,
+    ("audit", ('-_at_change(eb, ea, span) if span is not None else None)', '+_at_change(eb, ea, span) if (span is not None) or True else None)')): SPAN,
+    ("audit", ('-back[j + 1] = i1 + (j - j1) + 1 if tag == "equal" else min(i1 + 1 + (j - j1), max(i2, i1 + 1))', '+back[j + 1] = i1 + (j - j1) + 1 if (tag == "equal") and False else min(i1 + 1 + (j - j1), max(i2, i1 + 1))')): EQUALMAP,
+    ("audit", ('-back[j + 1] = i1 + (j - j1) + 1 if tag == "equal" else min(i1 + 1 + (j - j1), max(i2, i1 + 1))', '+back[j + 1] = i1 + (j - j1) + 1 if tag == "XXequalXX" else min(i1 + 1 + (j - j1), max(i2, i1 + 1))')): EQUALMAP,
+    ("audit", ('-back[j + 1] = i1 + (j - j1) + 1 if tag == "equal" else min(i1 + 1 + (j - j1), max(i2, i1 + 1))', '+back[j + 1] = i1 + (j - j1) + 1 if tag == "EQUAL" else min(i1 + 1 + (j - j1), max(i2, i1 + 1))')): EQUALMAP,
+    ("audit", ('-here = at_change or (lambda key, side: False)', '+here = at_change or (lambda key, side: None)')): FALSY,
+    ("audit", ('-elif not sb and not sa and cb != ca and not (own and cb) and not here(key, "before" if cb else "after"):', '+elif not sb and not sa and cb != ca and not (own or cb) and not here(key, "before" if cb else "after"):')): DEAD,
+    ("audit", ('-out["removed" if cb else "added"].append(key)', '+out["removed" if cb else "added"].append(None)')): DEAD,
+    ("audit", ('-out["removed" if cb else "added"].append(key)', '+out["removed" if (cb) and False else "added"].append(key)')): DEAD,
+    ("audit", ('-out["removed" if cb else "added"].append(key)', '+out["removed" if (cb) or True else "added"].append(key)')): DEAD,
+    ("audit", ('-out["removed" if cb else "added"].append(key)', '+out["XXremovedXX" if cb else "added"].append(key)')): DEAD,
+    ("audit", ('-out["removed" if cb else "added"].append(key)', '+out["REMOVED" if cb else "added"].append(key)')): DEAD,
+    ("audit", ('-out["removed" if cb else "added"].append(key)', '+out["removed" if cb else "XXaddedXX"].append(key)')): DEAD,
+    ("audit", ('-out["removed" if cb else "added"].append(key)', '+out["removed" if cb else "ADDED"].append(key)')): DEAD,
+    ("audit", ('-differ = sorted(key for key in po.keys() | pr.keys() if po.get(key, (False, False))[1] != pr.get(key, (False, False))[1])', '+differ = sorted(key for key in po.keys() | pr.keys() if po.get(key, (True, False))[1] != pr.get(key, (False, False))[1])')): DEFAULT1,
+    ("audit", ('-differ = sorted(key for key in po.keys() | pr.keys() if po.get(key, (False, False))[1] != pr.get(key, (False, False))[1])', '+differ = sorted(key for key in po.keys() | pr.keys() if po.get(key, (False, False))[1] != pr.get(key, (True, False))[1])')): DEFAULT1,
 }
 
 

@@ -330,3 +330,82 @@ def test_a_structural_rewrite_may_write_its_companions():
     assert not out["ok"]
     out = A.audit_structural([], [f("unroll")], "warp_per_row", KNOWN, set(), {"warp_per_row"})
     assert not out["ok"]
+
+
+# ---------------------------------------------------------------- the edges the mutation run found
+
+def test_a_refusal_is_false_not_merely_falsy_and_names_each_change(compiler):
+    rich, simple = "r\n", "s\n"
+    compiler[rich] = (Ev(rich), {("restrict", "k"): (True, False), ("vector_access", "k"): (False, True),
+                                 ("warp_reduction", "k"): (True, True)})
+    compiler[simple] = (Ev(simple), {("warp_reduction", "k"): (True, False)})
+    out = A.audit_rules(src(rich, f("restrict", "k:params", (1, 1))), src(simple), "restrict", "k:params")
+    assert out["ok"] is False
+    assert out["reason"].endswith("otherwise: removed [['vector_access', 'k']]; "
+                                  "no longer compiled [['warp_reduction', 'k']]")
+    compiler["o"] = (Ev("o"), {("unroll", "k"): (True, True)})
+    compiler["r2"] = (Ev("r2"), {("unroll", "k"): (True, False)})
+    assert A.audit_rederived(src("o", f("unroll")), src("r2", f("unroll")))["ok"] is False
+
+
+def _lines(n: int, insert_at: int | None = None) -> str:
+    out = ["}"] * n
+    if insert_at is not None:
+        out.insert(insert_at - 1, "NEW")
+    return "\n".join(out) + "\n"
+
+
+def _here(rich: str, simple: str, span, before_lines=(), after_lines=()):
+    eb = NS(compiled=NS(k=NS(source=rich)), found=[found("unroll", lines=(n,)) for n in before_lines])
+    ea = NS(compiled=NS(k=NS(source=simple)), found=[found("unroll", lines=(n,)) for n in after_lines])
+    return A._at_change(eb, ea, span)
+
+
+def test_lines_map_back_across_a_long_kernel_with_repeated_lines():
+    """300 lines of `}` (a line difflib would treat as junk by default, matching nothing), one line
+    inserted at 151: the simpler kernel's lines after it map back one line up, those before it to
+    themselves, the inserted one to where it was put."""
+    rich, simple = _lines(300), _lines(300, insert_at=151)
+    assert _here(rich, simple, (199, 199), after_lines=(200,))(("unroll", "k"), "after")
+    assert not _here(rich, simple, (200, 200), after_lines=(200,))(("unroll", "k"), "after")
+    assert _here(rich, simple, (100, 100), after_lines=(100,))(("unroll", "k"), "after")
+    assert _here(rich, simple, (151, 151), after_lines=(151,))(("unroll", "k"), "after")
+    assert not _here(rich, simple, (150, 150), after_lines=(151,))(("unroll", "k"), "after")
+    # the richer kernel's own lines are not mapped
+    assert _here(rich, simple, (200, 200), before_lines=(200,))(("unroll", "k"), "before")
+    # a line past the simpler kernel's end stays itself
+    assert not _here(rich, simple, (1, 400), after_lines=(999,))(("unroll", "k"), "after")
+    assert _here(rich, simple, (1, 999), after_lines=(999,))(("unroll", "k"), "after")
+
+
+def test_lines_of_a_replaced_block_map_to_the_block():
+    rich = "a\nb\nc\nd\ne\n"
+    simple = "a\nB1\nB2\nB3\nB4\ne\n"  # rich lines 2-4 replaced by four lines
+    for line, back in ((2, 2), (3, 3), (4, 4), (5, 4), (6, 5)):
+        assert _here(rich, simple, (back, back), after_lines=(line,))(("unroll", "k"), "after"), line
+        assert not _here(rich, simple, (back + 1, back + 1), after_lines=(line,))(("unroll", "k"), "after"), line
+
+
+def test_the_change_on_the_other_side_is_not_where_the_rewrite_acted():
+    """A compiler-only family that appears: its change is the rewrite's only where its new sites are."""
+    after_only = lambda key, side: side == "after"  # noqa: E731
+    before_only = lambda key, side: side == "before"  # noqa: E731
+    assert A._compiled_changes(P(unroll__k=(False, False)), P(unroll__k=(False, True)), "restrict", after_only) == {}
+    assert A._compiled_changes(P(unroll__k=(False, True)), P(unroll__k=(False, False)), "restrict", before_only) == {}
+    assert A._compiled_changes(P(unroll__k=(True, False)), P(unroll__k=(False, True)), "restrict") == {}
+    assert A._compiled_changes(P(unroll__k=(False, True)), P(unroll__k=(True, False)), "restrict") == {}
+
+
+def test_a_kind_only_one_kernel_holds_takes_nothing_over():
+    """Asynchronous copies take over staging only where both kernels hold them."""
+    assert not V([f("async_copy"), f("smem_staging")], [], "async_copy")["ok"]
+
+
+def test_a_structural_rewrite_of_a_mechanism_no_family_declares(monkeypatch):
+    out = A.audit_structural([], [], "no_such_shape", KNOWN, set(), {"no_such_shape"})
+    assert out["ok"] and "companions" not in out
+    # companions are what the family writes with, never the mechanism itself
+    from klineage.mechanisms import registry
+    monkeypatch.setattr(type(registry()["unroll"]), "WRITTEN_WITH", ("restrict",), raising=False)
+    out = A.audit_structural([], [f("unroll"), f("restrict")], "unroll", KNOWN, set(), {"unroll"})
+    assert out["ok"] and out["companions"] == ["restrict"]
