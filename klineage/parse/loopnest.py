@@ -189,10 +189,13 @@ class FunctionRead:
         return next((p for p in self.params if p.name == name), None)
 
     def element(self, node: Node, env: dict | None = None) -> tuple[str, sympy.Expr] | None:
-        """(base array, element index) of a subscript `p[i]` or dereference `*(p + i)`, pointer locals
-        read through to their parameter; None for anything else."""
+        """(base array, element index) of a subscript `p[i]` or dereference `*(p + i)` (or the address
+        `&p[i]` a load such as __ldg reads through), pointer locals read through to their parameter;
+        None for anything else."""
         node = strip(node)
         env = self.values if env is None else env
+        if node.type == "pointer_expression" and node.child_by_field_name("operator").type == "&":
+            node = strip(node.child_by_field_name("argument"))  # __ldg(&p[i]) reads p[i]
         if node.type == "subscript_expression":
             base = strip(node.child_by_field_name("argument"))
             idx = node.child_by_field_name("indices")

@@ -213,7 +213,7 @@ def computed_entries(source: str) -> tuple[list[Entry], bool, bool, str] | str:
     try:
         got, a_mmajor, b_kmajor, dtype = read_product(source, names)
     except Refused as exc:
-        return str(exc)
+        return str(exc) if exc.definite else f"{exc} (not followed)"
     out = [Entry(g["name"], params[g["name"]], g["kind"], g["a"], g["b"], g["out"], g["M"], g["N"], g["K"],
                  g["stream"], bias=g["bias"], batch=g["batch"]) for g in got]
     return out, a_mmajor, b_kmajor, dtype
@@ -383,6 +383,9 @@ def recognise_plan(source: str, workload=None) -> Plan | NotApplicable:
             if got is not None and got != layout:
                 return NotApplicable(f"the kernel reads {e.b} as {'[N, K]' if layout else '[K, N]'}, and the "
                                      f"workload's {e.b} is {'[N, K]' if got else '[K, N]'}")
+    elif computed is not None and not computed.endswith("(not followed)") and _form(frozenset(), source).core == "naive":
+        # a kernel of one thread per output that does not compute a plain product: its names say nothing more
+        return NotApplicable(f"not a plain matrix product: {computed}")
     elif not found or why:
         named = ('no extern "C" entry point of a matrix product' + (f" ({'; '.join(why)})" if why else "")) \
             if not found else f"entry points that are not matrix products: {'; '.join(why)}"
@@ -392,15 +395,15 @@ def recognise_plan(source: str, workload=None) -> Plan | NotApplicable:
     if len(dtypes) != 1:
         return NotApplicable("entry points of different element types")
     if layout is None:
+        a_mmajor = _a_mmajor_from_source(source)
         for e in found:
-            got = _b_layout_from_workload(workload, e)
+            got = _b_layout_from_workload(workload, e, a_mmajor)
             if isinstance(got, str):
                 return NotApplicable(got)
             if got is not None:
                 layout = got
     if layout is None:
         layout = _b_layout_from_source(source)
-        a_mmajor = _a_mmajor_from_source(source)
     if layout is None:
         return NotApplicable("the layout of b ([K, N] or [N, K]) is not readable from the source: no kernel indexes "
                              "it directly; pass the workload")

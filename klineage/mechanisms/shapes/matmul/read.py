@@ -32,7 +32,13 @@ DTYPES = {"__nv_bfloat16": "bf16", "nv_bfloat16": "bf16", "__half": "f16", "half
 
 
 class Refused(Exception):
-    """The kernel does not read as a plain matrix product; the message is the fact that blocked it."""
+    """The kernel does not read as a plain matrix product; the message is the fact that blocked it.
+    `definite`: False where the reader met code it does not follow (a while loop, a goto), which says
+    nothing about what the kernel computes."""
+
+    def __init__(self, why: str, definite: bool = True):
+        super().__init__(why)
+        self.definite = definite
 
 
 @dataclass(frozen=True)
@@ -114,8 +120,8 @@ class _Kernel:
         self.optional_bias = False
         self.store_conds: tuple = ()
 
-    def refuse(self, why: str):
-        raise Refused(f"{self.name}: {why}")
+    def refuse(self, why: str, definite: bool = True):
+        raise Refused(f"{self.name}: {why}", definite)
 
     # -- the reduction --------------------------------------------------------------------------------
     def temps(self, step: Step) -> dict:
@@ -191,7 +197,7 @@ class _Kernel:
     def read(self) -> dict:
         r = self.r
         if r.unread:
-            self.refuse(f"a loop or branch this reader does not follow ({r.unread[0]} ...)")
+            self.refuse(f"a loop or branch this reader does not follow ({r.unread[0]} ...)", definite=False)
         step, acc, fac = self.accumulation()
         kloop = step.loops[-1]
         if not kloop.var or kloop.bound is None or kloop.step != ONE or kloop.start != ZERO:
@@ -234,6 +240,10 @@ class _Kernel:
                         f"{o_arr}[{_text(o_idx)}])" + (": the output is stored column-major" if _find(tx, col) else ""))
         others = {c: t for c, t in to.items() if c != ONE}
         row = batch = None
+        alone = [t for t in others.values() if _find(tx, t) is not None and _find(ty, t) is None]
+        if len(alone) > 1:
+            self.refuse(f"the output's index terms {', '.join(map(str, alone))} are all read by a alone: b is shared "
+                        "across the batch (no batch term in its index), which the generator does not write")
         for c, t in others.items():
             in_a, in_b = _find(tx, t) is not None, _find(ty, t) is not None
             if in_a and in_b:
