@@ -16,8 +16,8 @@ import pkgutil
 from klineage.mechanisms.base import Applied, NotApplicable
 from klineage.mechanisms.shapes.base import REGISTRY, Shape, ShapeRewriter, register
 
-__all__ = ["Shape", "ShapeRewriter", "forward_states", "knows", "recognises", "register", "rewriters",
-           "shape_mechanisms", "structural_rewrite"]
+__all__ = ["Shape", "ShapeRewriter", "forward_states", "knows", "reachable_mechanisms", "recognises", "register",
+           "rewriters", "shape_mechanisms", "structural_rewrite"]
 
 _loaded = False
 
@@ -70,6 +70,18 @@ def shape_mechanisms(source: str, workload=None) -> set[str]:
         shape = rw.recognise(source, workload)
         if isinstance(shape, Shape):
             out |= set(shape.facts.get("mechanisms") or ())
+    return out
+
+
+def reachable_mechanisms(source: str, workload=None) -> set[str]:
+    """The mechanisms of every shape rewriter that recognises `source`, less those its shape refuses
+    (Shape.facts["refuses"]: fp32 operands take no wgmma here): those a structural rewrite may add to
+    it (a rewrite still refuses what does not fit, with its reason)."""
+    out: set[str] = set()
+    for rw in rewriters():
+        shape = rw.recognise(source, workload)
+        if isinstance(shape, Shape):
+            out |= {m for m in rw.mechanisms if m not in (shape.facts.get("refuses") or ())}
     return out
 
 

@@ -423,12 +423,23 @@ def present(plan: Plan) -> list[str]:
     return sorted(have & set(MECHANISMS))
 
 
+# the forms written for 16-bit operands with a K-major a only
+SIXTEEN_BIT_K_MAJOR = ("wgmma", "tma", "warp_specialization")
+
+
+def refused(plan: Plan) -> list[str]:
+    """The rewriter's mechanisms this kernel's element type and layout cannot take (fp32 operands, or a
+    stored [K, M]: no wgmma, TMA or warp specialization here)."""
+    return list(SIXTEEN_BIT_K_MAJOR) if plan.dtype == "f32" or plan.a_mmajor else []
+
+
 def plan_facts(plan: Plan) -> dict:
     """The plan as Shape.facts: plain data (rebuilt by plan_of), with "mechanisms" as the audit reads it."""
     return {"operation": sorted({e.kind for e in plan.entries}), "dtype": plan.dtype,
             "b_layout": "[N, K] (K-major)" if plan.b_kmajor else "[K, N] (N-major)",
             "a_layout": "[K, M] (M-major)" if plan.a_mmajor else "[M, K] (K-major)",
             "entries": [asdict(e) for e in plan.entries], "mechanisms": present(plan), "kinds": sorted(plan.kinds),
+            "refuses": refused(plan),
             "form": asdict(plan.form), "names": dict(plan.names), "values": dict(plan.values), "prefix": plan.prefix}
 
 
