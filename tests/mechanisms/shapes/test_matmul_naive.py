@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[3]
 APPLY = ROOT / "apply_workloads"
 PRODUCTS = sorted(p.parent for p in APPLY.glob("*/workload.py")
                   if "mmops" in p.read_text() and (p.parent / "naive.cu").is_file())
-# one start of each layout and naming habit: [M, K] x [K, N] under a BLOCK_ prefix, a stored [K, M], b
-# stored [N, K], both transposed, a batch
-BUILT = ("matmul_square_rowx", "matmul_tn_a_km", "linear_nt_b_nk", "matmul_tt_both", "bmm_gridx_B")
+# starts of each layout and naming habit: [M, K] x [K, N] under a BLOCK_ prefix, both operands
+# transposed, a batch (the emulation tests hold the data paths of each layout)
+BUILT = ("matmul_square_rowx", "matmul_tt_both", "bmm_gridx_B")
 # fp32 forms: wgmma, the TMA and warp specialization are written for 16-bit operands only
 FP32_LADDER = ("smem_tiling", "register_tiling", "unroll", "tensor_core_mma", "smem_swizzle", "async_copy",
                "launch_bounds")
@@ -88,15 +88,15 @@ def test_every_rewrite_builds(ladders, tmp_path):
 
 @pytest.mark.nvcc
 def test_every_sweep_point_the_static_checks_accept_builds(ladders, tmp_path):
-    """The first sweep round of each tiled form of the BLOCK_-prefixed start and of the transposed one:
-    a point nvcc's front end accepts (the kernel's static_asserts hold) builds."""
+    """The first sweep round of each tiled form of the BLOCK_-prefixed start: a point nvcc's front end
+    accepts (the kernel's static_asserts hold) builds."""
     cases = []
-    for name in ("matmul_square_rowx", "matmul_tt_both"):
+    for name in ("matmul_square_rowx",):
         for steps, src in ladders[name]:
             if steps.split("+")[-1] in ("smem_tiling", "register_tiling", "async_copy"):
                 for p in sweep_points(src, [])[1:]:
                     cases.append((name, steps, src, p))
-    assert len(cases) >= 30
+    assert len(cases) >= 15
     accepted = [c for c in cases if front_end_accepts(c[2], "sm_90a", point_flags({**tunables(c[2]), **c[3]}), tmp_path)]
     assert len(accepted) >= len(cases) // 3
     from klineage.gate.compile import compile_kernel
