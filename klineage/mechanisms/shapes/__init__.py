@@ -16,7 +16,7 @@ import pkgutil
 from klineage.mechanisms.base import Applied, NotApplicable
 from klineage.mechanisms.shapes.base import REGISTRY, Shape, ShapeRewriter, register
 
-__all__ = ["Shape", "ShapeRewriter", "forward_states", "knows", "reachable_mechanisms", "recognises", "register",
+__all__ = ["Shape", "ShapeRewriter", "forward_states", "knows", "recognises", "register", "retyped_mechanisms",
            "rewriters", "shape_mechanisms", "structural_rewrite"]
 
 _loaded = False
@@ -73,15 +73,15 @@ def shape_mechanisms(source: str, workload=None) -> set[str]:
     return out
 
 
-def reachable_mechanisms(source: str, workload=None) -> set[str]:
-    """The mechanisms of every shape rewriter that recognises `source`, less those its shape refuses
-    (Shape.facts["refuses"]: fp32 operands take no wgmma here): those a structural rewrite may add to
-    it (a rewrite still refuses what does not fit, with its reason)."""
+def retyped_mechanisms(source: str, workload=None) -> set[str]:
+    """The mechanisms a shape rewriter that recognises `source` writes for its own element type whatever
+    the element type of the kernels they were mined from (Shape.facts["retyped"]: the matmul generator
+    writes the whole kernel at the plan's element type)."""
     out: set[str] = set()
     for rw in rewriters():
         shape = rw.recognise(source, workload)
         if isinstance(shape, Shape):
-            out |= {m for m in rw.mechanisms if m not in (shape.facts.get("refuses") or ())}
+            out |= set(shape.facts.get("retyped") or ())
     return out
 
 

@@ -439,7 +439,7 @@ def plan_facts(plan: Plan) -> dict:
             "b_layout": "[N, K] (K-major)" if plan.b_kmajor else "[K, N] (N-major)",
             "a_layout": "[K, M] (M-major)" if plan.a_mmajor else "[M, K] (K-major)",
             "entries": [asdict(e) for e in plan.entries], "mechanisms": present(plan), "kinds": sorted(plan.kinds),
-            "refuses": refused(plan),
+            "refuses": refused(plan), "retyped": [m for m in MECHANISMS if m not in refused(plan)],
             "form": asdict(plan.form), "names": dict(plan.names), "values": dict(plan.values), "prefix": plan.prefix}
 
 
