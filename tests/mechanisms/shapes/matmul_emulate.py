@@ -80,19 +80,38 @@ def mma_16816(acc: list, a: list, b: list) -> None:
                      acc[lane][2] + D[g + 8, 2 * t], acc[lane][3] + D[g + 8, 2 * t + 1]]
 
 
+def scatter(acc: dict, out: np.ndarray, wm: int, wn: int, warp_m: int, warp_n: int) -> None:
+    """The mma.sync epilogue's positions: out[r, c] += one warp's accumulators (relative to the tile)."""
+    for (mi, ni), regs in acc.items():
+        for lane in range(32):
+            r = wm * warp_m + mi * 16 + lane // 4
+            c = wn * warp_n + ni * 8 + (lane % 4) * 2
+            out[r, c] += regs[lane][0]
+            out[r, c + 1] += regs[lane][1]
+            out[r + 8, c] += regs[lane][2]
+            out[r + 8, c + 1] += regs[lane][3]
+
+
 def mma_block(smem: dict, sa: int, sb: int, *, bm: int, bn: int, warps_m: int, warps_n: int, b_kmajor: bool,
-              a_off, b_off, out: np.ndarray, bk: int = 64) -> None:
+              a_off, b_off, out: np.ndarray, bk: int = 64, a_mmajor: bool = False) -> None:
     """One staged k-tile (bk wide) of the mma.sync kernels' per-warp loop (ldmatrix lane addresses through
     a_off(row, chunk) and b_off(row, chunk), the fragment assignment, mma.sync) on every warp, and the
-    epilogue positions: out[r, c] += the block tile's partial products (r, c relative to the tile)."""
+    epilogue positions: out[r, c] += the block tile's partial products (r, c relative to the tile).
+    `a_mmajor`: a staged as [K, M] panels, its fragments read with ldmatrix.trans (k-row kk * 16 +
+    (lane & 7) + 8 * (lane >> 4), chunk m / 8 + ((lane >> 3) & 1))."""
     warp_m, warp_n = bm // warps_m, bn // warps_n
     frags_m, frags_n = warp_m // 16, warp_n // 8
     for wm in range(warps_m):
         for wn in range(warps_n):
             acc = {(mi, ni): [[0.0] * 4 for _ in range(32)] for mi in range(frags_m) for ni in range(frags_n)}
             for kk in range(bk // 16):
-                af = [ldmatrix_x4(smem, [sa + a_off(wm * warp_m + mi * 16 + (lane & 15), kk * 2 + (lane >> 4))
-                                         for lane in range(32)], False) for mi in range(frags_m)]
+                if a_mmajor:
+                    af = [ldmatrix_x4(smem, [sa + a_off(kk * 16 + (lane & 7) + 8 * (lane >> 4),
+                                                        (wm * warp_m + mi * 16) // 8 + ((lane >> 3) & 1))
+                                             for lane in range(32)], True) for mi in range(frags_m)]
+                else:
+                    af = [ldmatrix_x4(smem, [sa + a_off(wm * warp_m + mi * 16 + (lane & 15), kk * 2 + (lane >> 4))
+                                             for lane in range(32)], False) for mi in range(frags_m)]
                 bf = {}
                 for nj in range(frags_n // 2):
                     if b_kmajor:
@@ -108,14 +127,7 @@ def mma_block(smem: dict, sa: int, sb: int, *, bm: int, bn: int, warps_m: int, w
                 for mi in range(frags_m):
                     for ni in range(frags_n):
                         mma_16816(acc[(mi, ni)], af[mi], bf[ni])
-            for (mi, ni), regs in acc.items():
-                for lane in range(32):
-                    r = wm * warp_m + mi * 16 + lane // 4
-                    c = wn * warp_n + ni * 8 + (lane % 4) * 2
-                    out[r, c] += regs[lane][0]
-                    out[r, c + 1] += regs[lane][1]
-                    out[r + 8, c] += regs[lane][2]
-                    out[r + 8, c + 1] += regs[lane][3]
+            scatter(acc, out, wm, wn, warp_m, warp_n)
 
 
 # ---- wgmma -------------------------------------------------------------------------------------------------
@@ -346,14 +358,7 @@ def tf32_block(smem: dict, sa: int, sb: int, *, bm: int, bn: int, warps_m: int, 
                 for mi in range(frags_m):
                     for ni in range(frags_n):
                         mma_1688(acc[(mi, ni)], af[mi], bf[ni])
-            for (mi, ni), regs in acc.items():
-                for lane in range(32):
-                    r = wm * warp_m + mi * 16 + lane // 4
-                    c = wn * warp_n + ni * 8 + (lane % 4) * 2
-                    out[r, c] += regs[lane][0]
-                    out[r, c + 1] += regs[lane][1]
-                    out[r + 8, c] += regs[lane][2]
-                    out[r + 8, c + 1] += regs[lane][3]
+            scatter(acc, out, wm, wn, warp_m, warp_n)
 
 
 def tf32_block_product(A: np.ndarray, B: np.ndarray, *, a_mmajor: bool, b_kmajor: bool, bm: int, bn: int,
@@ -385,13 +390,10 @@ def tf32_block_product(A: np.ndarray, B: np.ndarray, *, a_mmajor: bool, b_kmajor
 
 def mmajor_block_product(A: np.ndarray, B: np.ndarray, *, b_kmajor: bool, bm: int, bn: int, warps_m: int = 2,
                          warps_n: int = 2, swizzle: bool = True) -> np.ndarray:
-    """The 16-bit mma.sync kernel's block tile with a stored [K, M]: a's k-rows in 64-column panels, its
-    fragments read with ldmatrix.trans (lanes: k-row kk * 16 + (lane & 7) + 8 * (lane >> 4), panel chunk
-    m / 8 + ((lane >> 3) & 1))."""
+    """The 16-bit mma.sync kernel's block tile with a stored [K, M]: per 64-wide k-tile, a's k-rows in
+    64-column panels (read with ldmatrix.trans), b as block_product stages it; then mma_block."""
     K = A.shape[1]
     out = np.zeros((bm, bn))
-    warp_m, warp_n = bm // warps_m, bn // warps_n
-    frags_m, frags_n = warp_m // 16, warp_n // 8
     for k0 in range(0, K, 64):
         a = np.zeros((bm, 64))
         a[:, :min(64, K - k0)] = A[:bm, k0:k0 + 64]
@@ -400,41 +402,9 @@ def mmajor_block_product(A: np.ndarray, B: np.ndarray, *, b_kmajor: bool, bm: in
         smem: dict = {}
         sa, sb = 0, bm * 128
         store_rows(smem, sa, a.T.copy(), lambda r, c: panel_offset(r, c, swizzle))
-        if b_kmajor:
-            store_rows(smem, sb, b.T.copy(), lambda r, c: chunk_offset(r, c, swizzle))
-        else:
-            store_rows(smem, sb, b, lambda r, c: panel_offset(r, c, swizzle))
-        for wm in range(warps_m):
-            for wn in range(warps_n):
-                acc = {(mi, ni): [[0.0] * 4 for _ in range(32)] for mi in range(frags_m) for ni in range(frags_n)}
-                for kk in range(4):
-                    af = []
-                    for mi in range(frags_m):
-                        addrs = [sa + panel_offset(kk * 16 + (lane & 7) + 8 * (lane >> 4),
-                                                   (wm * warp_m + mi * 16) // 8 + ((lane >> 3) & 1), swizzle)
-                                 for lane in range(32)]
-                        af.append(ldmatrix_x4(smem, addrs, True))
-                    bf = {}
-                    for nj in range(frags_n // 2):
-                        if b_kmajor:
-                            addrs = [sb + chunk_offset(wn * warp_n + nj * 16 + (lane & 7) + 8 * (lane >> 4),
-                                                       kk * 2 + ((lane >> 3) & 1), swizzle) for lane in range(32)]
-                            q = ldmatrix_x4(smem, addrs, False)
-                        else:
-                            addrs = [sb + panel_offset(kk * 16 + (lane & 15), (wn * warp_n + nj * 16) // 8 + (lane >> 4),
-                                                       swizzle) for lane in range(32)]
-                            q = ldmatrix_x4(smem, addrs, True)
-                        bf[2 * nj] = [(q[lane][0], q[lane][1]) for lane in range(32)]
-                        bf[2 * nj + 1] = [(q[lane][2], q[lane][3]) for lane in range(32)]
-                    for mi in range(frags_m):
-                        for ni in range(frags_n):
-                            mma_16816(acc[(mi, ni)], af[mi], bf[ni])
-                for (mi, ni), regs in acc.items():
-                    for lane in range(32):
-                        r = wm * warp_m + mi * 16 + lane // 4
-                        c = wn * warp_n + ni * 8 + (lane % 4) * 2
-                        out[r, c] += regs[lane][0]
-                        out[r, c + 1] += regs[lane][1]
-                        out[r + 8, c] += regs[lane][2]
-                        out[r + 8, c + 1] += regs[lane][3]
+        layout = chunk_offset if b_kmajor else panel_offset
+        store_rows(smem, sb, b.T.copy() if b_kmajor else b, lambda r, c: layout(r, c, swizzle))
+        mma_block(smem, sa, sb, bm=bm, bn=bn, warps_m=warps_m, warps_n=warps_n, b_kmajor=b_kmajor,
+                  a_off=lambda r, c: panel_offset(r, c, swizzle), b_off=lambda r, c: layout(r, c, swizzle), out=out,
+                  a_mmajor=True)
     return out

@@ -5,7 +5,7 @@ reduction multiplies, the output the array the sum is stored to, and
 
   the output's column  the index term the output is contiguous in (stride 1);
   its row              the other term the output and one operand (a) share;
-  a batch              a term the output and both operands share (a grid z index, an outer loop);
+  a batch              a term the output and both operands share (a blockIdx component, an outer loop);
   K                    the reduction loop's bound; M, N and the batch count what bounds the row,
                        the column and the batch (a bounds check around the body or an early return
                        before it, a loop, or the launch's grid);
@@ -17,8 +17,6 @@ the way): the sizes and pointers the generator's call passes are what the launch
 entry's own names. A kernel that does not read so is refused with the fact that blocked it.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import sympy
 
@@ -39,24 +37,6 @@ class Refused(Exception):
     def __init__(self, why: str, definite: bool = True):
         super().__init__(why)
         self.definite = definite
-
-
-@dataclass(frozen=True)
-class Product:
-    """What a kernel computes, in the kernel's own terms (parameter names as sympy symbols)."""
-    kernel: str
-    a: str
-    b: str
-    out: str
-    bias: str | None
-    M: sympy.Expr
-    N: sympy.Expr
-    K: sympy.Expr
-    batch: sympy.Expr | None        # None: no batch; else its count (None below means: the launch's grid z)
-    batch_from_grid: bool
-    a_mmajor: bool                  # a stored [K, M]
-    b_kmajor: bool                  # b stored [N, K]
-    dtype: str
 
 
 def _moving(s: sympy.Symbol, movers: set[str]) -> bool:
@@ -208,7 +188,7 @@ class _Kernel:
         movers = set(r.positions) | {lp.var for lp in step.loops if lp.var}
         (x_arr, x_idx), (y_arr, y_idx) = (self.element(f, step.env) for f in fac)
         # the accumulator: its start and where the sum goes
-        store, bias = self.store(step, acc, kloop, movers)
+        store, bias = self.store(step, acc, kloop)
         o_arr, o_idx = store
         if o_arr in (x_arr, y_arr):
             self.refuse(f"the output `{o_arr}` is also an operand")
@@ -264,7 +244,7 @@ class _Kernel:
         # bounds: the loop's, and what bounds the row, the column, the batch
         conds = list(step.conds) + list(self.store_conds)
         K = kloop.bound
-        M, N = self.bound(rterm, conds, outer, movers), self.bound(cterm, conds, outer, movers)
+        M, N = self.bound(rterm, conds, outer), self.bound(cterm, conds, outer)
         if M is None:
             self.refuse(f"nothing bounds the output row `{rterm}`: no `{rterm} < M` check around the body nor an "
                         "early return before it")
@@ -273,7 +253,7 @@ class _Kernel:
                         "early return before it")
         nb, from_grid = None, None
         if batch is not None:
-            nb = self.bound(batch[1], conds, outer, movers)
+            nb = self.bound(batch[1], conds, outer)
             if nb is None:
                 z = r.positions.get(str(batch[1]), batch[1]) if isinstance(batch[1], sympy.Symbol) else batch[1]
                 dim = next((i for i, d in enumerate("xyz") if _same(z, sympy.Symbol(f"blockIdx.{d}"))), None)
@@ -281,23 +261,9 @@ class _Kernel:
                     self.refuse(f"nothing bounds the batch index `{batch[1]}` (a check, a loop, or a grid extent: the "
                                 "index is not a blockIdx component)")
                 from_grid = dim
-        # layouts and dense strides
-        sa_row, sa_k = _find(tx, rterm), kx
-        if sa_k == ONE and _same(sa_row, K):
-            a_mmajor = False
-        elif sa_row == ONE and _same(sa_k, M):
-            a_mmajor = True
-        else:
-            self.refuse(f"a `{x_arr}` is read with strides {_text(sa_row)} (row) and {_text(sa_k)} (k): neither [M, K] "
-                        f"nor [K, M] dense (M = {_text(M)}, K = {_text(K)})")
-        sb_col, sb_k = _find(ty, cterm), ky
-        if sb_col == ONE and _same(sb_k, N):
-            b_kmajor = False
-        elif sb_k == ONE and _same(sb_col, K):
-            b_kmajor = True
-        else:
-            self.refuse(f"b `{y_arr}` is read with strides {_text(sb_k)} (k) and {_text(sb_col)} (column): neither "
-                        f"[K, N] nor [N, K] dense (N = {_text(N)}, K = {_text(K)})")
+        # layouts and dense strides: a [M, K] or [K, M], b [K, N] or [N, K]
+        a_mmajor = self.layout("a", x_arr, ("row", _find(tx, rterm), M), ("k", kx, K))
+        b_kmajor = self.layout("b", y_arr, ("k", ky, K), ("column", _find(ty, cterm), N))
         if not _same(row[0], N):
             self.refuse(f"the output's rows are {_text(row[0])} elements apart, not N = {_text(N)}")
         if batch is not None:
@@ -322,7 +288,23 @@ class _Kernel:
                 "dtype": types[o_arr], "batched": batch is not None,
                 "optional_bias": self.optional_bias}
 
-    def bound(self, term: sympy.Expr, conds, outer, movers) -> sympy.Expr | None:
+    def layout(self, role: str, arr: str, first: tuple, second: tuple) -> bool:
+        """Whether the operand is stored transposed against the layout a product takes (a [M, K], b [K,
+        N]; `first` and `second` its indices, each (name, stride read, extent)): False when the second
+        index has stride 1 and the first the second's extent, True (a [K, M], b [N, K]) the other way
+        round; refused otherwise."""
+        (n1, s1, e1), (n2, s2, e2) = first, second
+        if s2 == ONE and _same(s1, e2):
+            return False
+        if s1 == ONE and _same(s2, e1):
+            return True
+        dims = "M, K" if role == "a" else "K, N"
+        flip = ", ".join(reversed(dims.split(", ")))
+        self.refuse(f"{role} `{arr}` is read with strides {_text(s1)} ({n1}) and {_text(s2)} ({n2}): neither "
+                    f"[{dims}] nor [{flip}] dense ({n1 if n1 != 'k' else 'K'} extent {_text(e1)}, "
+                    f"{n2 if n2 != 'k' else 'K'} extent {_text(e2)})")
+
+    def bound(self, term: sympy.Expr, conds, outer) -> sympy.Expr | None:
         """What bounds the index term: a condition `term < X` the statements run under, an outer loop
         over it from 0 by 1, or, for the quotient and remainder of one flat index by X (`row = i / X`,
         `col = i % X`) under `i < Y * X`, Y and X."""
@@ -345,7 +327,26 @@ class _Kernel:
         return None
 
 
-    def store(self, step: Step, acc, kloop, movers):
+    def start_bias(self, start, acc: str):
+        """(bias array, index) of an accumulator that starts at `bias[col]`, or at `bias != nullptr ?
+        bias[col] : 0` (a bias an entry point may pass as nullptr); refused for any other start."""
+        init = start.value.text.decode() if start is not None and start.value is not None else "nothing"
+        v = strip(start.value) if start is not None and start.value is not None else None
+        if v is not None and v.type == "conditional_expression":
+            c = strip(v.child_by_field_name("condition"))
+            yes, no = v.child_by_field_name("consequence"), v.child_by_field_name("alternative")
+            got = self.r.element(yes, start.env) if yes is not None else None
+            names = _identifiers(c) - {"nullptr", "NULL"}
+            if got is not None and no is not None and _is_zero(no) and names == {got[0]}:
+                self.optional_bias = True
+                return got
+        elif v is not None:
+            got = self.r.element(v, start.env)
+            if got is not None:
+                return got
+        self.refuse(f"the accumulator `{acc}` starts at {init}, not 0 (nor a bias)")
+
+    def store(self, step: Step, acc, kloop):
         """((array, index) the sum is stored to, (bias array, index) or None); checks the accumulator
         starts at zero. Sets store_conds, the conditions the store runs under."""
         r = self.r
@@ -389,29 +390,6 @@ class _Kernel:
                 self.refuse(f"the stored value `{st.value.text.decode()}` is not the sum (nor the sum plus a bias): the "
                             "generator writes out = a @ b")
         return where, bias
-
-
-def _start_bias(self, start, acc: str):
-    """(bias array, index) of an accumulator that starts at `bias[col]`, or at `bias != nullptr ?
-    bias[col] : 0` (a bias an entry point may pass as nullptr); refused for any other start."""
-    init = start.value.text.decode() if start is not None and start.value is not None else "nothing"
-    v = strip(start.value) if start is not None and start.value is not None else None
-    if v is not None and v.type == "conditional_expression":
-        c = strip(v.child_by_field_name("condition"))
-        yes, no = v.child_by_field_name("consequence"), v.child_by_field_name("alternative")
-        got = self.r.element(yes, start.env) if yes is not None else None
-        names = _identifiers(c) - {"nullptr", "NULL"}
-        if got is not None and no is not None and _is_zero(no) and names == {got[0]}:
-            self.optional_bias = True
-            return got
-    elif v is not None:
-        got = self.r.element(v, start.env)
-        if got is not None:
-            return got
-    self.refuse(f"the accumulator `{acc}` starts at {init}, not 0 (nor a bias)")
-
-
-_Kernel.start_bias = _start_bias
 
 
 def _identifiers(node) -> set[str]:
