@@ -271,7 +271,7 @@ class Search:
     when it has a candidate, makes the round alone, and the others, queued in order."""
 
     def __init__(self, store, gate, wl, skills, cfg, run: dict, budget: Budget, plan, llm=None, replay: bool = False,
-                 progress=None):
+                 progress=None, bottleneck: dict | None = None):
         self.store, self.gate, self.wl, self.skills, self.cfg = store, gate, wl, skills, cfg
         self.run_row, self.run_id, self.budget = run, run["run_id"], budget
         self.plan = plan  # () -> (leaders, strategies), made once the start kernel passed
@@ -287,6 +287,7 @@ class Search:
         self.feedback: str | None = None
         self.retrieval, self.retrieved_for = None, None
         self.first = self.best = None
+        self.bottleneck = bottleneck  # assumed while the best has no gate result (a plan: klineage.apply.loop.plan_first)
 
     # -- the record ---------------------------------------------------------------------------------
     def record(self, step: dict) -> None:
@@ -347,6 +348,8 @@ class Search:
         bh = self.best.key
         if self.retrieval is None or self.retrieved_for != bh:
             facts = target_facts(self.wl, self.best.source, self.cfg.platform, self.best.result)
+            if self.best.result is None and self.bottleneck is not None:
+                facts.bottleneck = dict(self.bottleneck)
             self.retrieval, self.retrieved_for = retrieve(self.skills, facts, admission=self.cfg.admission), bh
 
     def queue(self) -> list[Pending]:
@@ -356,25 +359,33 @@ class Search:
                 return got
         return [p for st in self.strategies for p in st.queue(self)]
 
-    def round(self) -> None:
-        """One round: retrieve on the best, gate the strategies' candidates, keep a faster one."""
-        reason = self.budget.stop(self.evaluated())
-        if reason:
-            raise Stop(reason)
+    def candidates(self, go=lambda: True):
+        """The round's candidates in the order they are gated, (pending, candidate): retrieve on the best,
+        queue the strategies, materialize each retrieval entry (a materializer that gives nothing is
+        recorded and passed over) while `go()` holds. Stop("no_candidates") when nothing is queued.
+        The live round gates what this yields; a plan (klineage.apply.loop.plan_first) takes the first."""
         self.retrieve()
         bh = self.best.key
         queue = self.queue()
         if not queue:
             raise Stop("no_candidates")
-        batch: list[tuple[dict, Candidate]] = []
         for p in queue:
-            if not self.budget.left(self.evaluated()):
+            if not go():
                 break
             cand = p.cand
             if p.entry is not None:
                 cand = self.materialize(p, bh)
                 if cand is None:
                     continue
+            yield p, cand
+
+    def round(self) -> None:
+        """One round: retrieve on the best, gate the strategies' candidates, keep a faster one."""
+        reason = self.budget.stop(self.evaluated())
+        if reason:
+            raise Stop(reason)
+        batch: list[tuple[dict, Candidate]] = []
+        for p, cand in self.candidates(lambda: self.budget.left(self.evaluated())):
             step = self.gate_candidate(p, cand)
             if step is None or not step["faster"]:
                 continue
