@@ -104,6 +104,7 @@ FALSY = "`here` is read only through `not`: None and False are alike"
 DEAD = ("the last branch of _compiled_changes is unreachable: a family neither kernel's source holds whose "
         "compiled presence changes is caught by the `removed` or `added` branch above it under the same "
         "condition, so no change inside it is observable")
+NONE_FALSE = "difflib reads `autojunk` for its truth: None is False"
 DEFAULT1 = "only the second field of a missing entry's default is read, and it is False either way"
 _CMP = '-return Comparison(False, out.numel(), 0.0, out.numel(), 0, float("inf"), float("inf"), 0.0,'
 _ZEROS = "-fake = torch.zeros(dims, dtype=torch.float64, device=ref.device)"
@@ -130,6 +131,9 @@ EQUIVALENT: dict[tuple[str, tuple[str, ...]], str] = {
     ("correctness", ("-if vals.numel() < n:", "+if vals.numel() <= n:")): PAD0,
     ("correctness", ("-fake = vals.reshape(dims).to(ref.device)", "+fake = vals.reshape(dims).to(None)")): VDEV,
     ("audit", ('-return ev, ""', '+return ev, "XXXX"')): UNREAD,
+    ("audit", ("-for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, rich, simple, autojunk=False).get_opcodes():",
+               "+for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, rich, simple, autojunk=None).get_opcodes():")):
+        NONE_FALSE,
     ("audit", ('-return eb, ea, ""', '+return eb, ea, "XXXX"')): UNREAD,
     ("audit", ('-span = next((f.lines for f in before if f.key == (mechanism, locus)), None)', '+span = next((f.lines for f in before if f.key == (mechanism, locus)), )')): SPAN,
     ("audit", ('-_at_change(eb, ea, span) if span is not None else None)', '+_at_change(eb, ea, span) if (span is not None) or True else None)')): SPAN,
@@ -222,23 +226,51 @@ def run_target(t: Target, work: Path, jobs: int, log) -> dict:
             shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=tree, env=env,
                                    capture_output=True, text=True).stdout
             entry["change"] = list(change_of(shown))
-            why = EQUIVALENT.get((t.name, tuple(entry["change"])))
-            if status == "survived" and why:
-                entry.update(status="equivalent", why=why)
         mutants.append(entry)
-    counts: dict[str, int] = {}
-    for m in mutants:
-        counts[m["status"]] = counts.get(m["status"], 0) + 1
     source = (tree / path).read_bytes()
-    out = {**asdict(t), "module": path, "module_sha256": hashlib.sha256(source).hexdigest(),
-           "mutmut_rc": r.returncode, "wall_s": round(wall, 1), "mutants": mutants, "counts": counts,
-           "killed_fraction": counts.get("killed", 0) / len(mutants) if mutants else None}
+    out = classify({**asdict(t), "module": path, "module_sha256": hashlib.sha256(source).hexdigest(),
+                    "mutmut_rc": r.returncode, "wall_s": round(wall, 1), "mutants": mutants})
     log(f"{t.name} ({path}{': ' + ', '.join(t.functions) if t.functions else ''}): {len(mutants)} mutants, "
-        f"{counts}, killed {out['killed_fraction'] if mutants else 'n/a'}, {wall:.0f} s")
+        f"{out['counts']}, killed {out['killed_fraction'] if mutants else 'n/a'}, {wall:.0f} s")
     for m in mutants:
         if m["status"] not in ("killed", "equivalent"):
             log(f"   {m['status']}: {m['name']}: {' | '.join(m.get('change', []))[:300]}")
     return out
+
+
+def classify(target: dict) -> dict:
+    """A target's record with each survivor that EQUIVALENT explains marked `equivalent` (with the
+    reason), one it no longer explains `survived` again, and its counts and killed fraction."""
+    for m in target["mutants"]:
+        if m["status"] in ("survived", "equivalent"):
+            why = EQUIVALENT.get((target["name"], tuple(m.get("change", ()))))
+            m.pop("why", None)
+            m["status"] = "equivalent" if why else "survived"
+            if why:
+                m["why"] = why
+    counts: dict[str, int] = {}
+    for m in target["mutants"]:
+        counts[m["status"]] = counts.get(m["status"], 0) + 1
+    target["counts"] = counts
+    target["killed_fraction"] = counts.get("killed", 0) / len(target["mutants"]) if target["mutants"] else None
+    return target
+
+
+def summarize(targets: list[dict]) -> dict:
+    every = [m for t in targets for m in t["mutants"]]
+    return {"mutants": len(every), **{s: sum(m["status"] == s for m in every) for s in sorted({m["status"] for m in every})}}
+
+
+def reclassify(path: Path, argv: list[str]) -> None:
+    """Apply EQUIVALENT as it is now to a record's survivors, without running mutmut again (after a
+    survivor is explained); the record keeps the command that did it."""
+    rec = json.loads(path.read_text())
+    rec["targets"] = [classify(t) for t in rec["targets"]]
+    rec["summary"] = summarize(rec["targets"])
+    rec.setdefault("reclassified", []).append({"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                               "command": " ".join(["python", "benchmarks/mutation.py", *argv])})
+    path.write_text(json.dumps(rec, indent=1) + "\n")
+    print(f"{path}: {rec['summary']}")
 
 
 def _fnmatch(name: str, glob: str) -> bool:
@@ -257,7 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", action="append", default=[], help="a target's name (default: all)")
     ap.add_argument("--jobs", type=int, default=0, help="mutmut's --max-children (default: its own choice)")
     ap.add_argument("--keep", action="store_true", help="keep the working copies (printed) for `mutmut show`")
+    ap.add_argument("--reclassify", type=Path, help="a record (mutation.json) to apply EQUIVALENT to again, "
+                    "without running mutmut; --out is not written")
     ns = ap.parse_args(argv)
+    if ns.reclassify:
+        reclassify(ns.reclassify, argv if argv is not None else sys.argv[1:])
+        return 0
     try:
         import mutmut  # noqa: F401
     except ImportError:
@@ -285,9 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"working copies kept under {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    every = [m for t in result["targets"] for m in t["mutants"]]
-    result["summary"] = {"mutants": len(every), **{s: sum(m["status"] == s for m in every)
-                                                    for s in sorted({m["status"] for m in every})}}
+    result["summary"] = summarize(result["targets"])
     log(f"summary: {result['summary']}")
     (ns.out / "mutation.json").write_text(json.dumps(result, indent=1) + "\n")
     fh.close()
