@@ -41,23 +41,26 @@ def _first_steps(inst: Instance, cfg, library: list[dict], sources: dict) -> dic
     return out
 
 
+STRUCTURAL = ("skills", "control-random", "control-foreign", "control-structural")
+
+
 def structural_paths(inst: Instance, cfg, library: list[dict], sources: dict) -> dict[str, list[dict]]:
     """structural_path of every searching condition of the run ({} without `structural`)."""
     if not cfg.structural:
         return {}
-    return {cond: structural_path(inst, cfg, library, sources, cond)
-            for cond in ("skills", "control-random", "control-foreign") if cond in cfg.conditions}
+    return {cond: structural_path(inst, cfg, library, sources, cond) for cond in STRUCTURAL if cond in cfg.conditions}
 
 
 def structural_path(inst: Instance, cfg, library: list[dict], sources: dict, cond: str) -> list[dict]:
     """The structural rewrites a searching condition gates from its start if each is kept (what the
-    run's search does when every one pays): [{"name", "source"}], in order, each on the kernel the ones
-    before it made; retrieval without a measured bottleneck class, as first_sweep_round."""
+    run's search does when every one pays; control-structural's chain when every one passes):
+    [{"name", "source"}], in order, each on the kernel the ones before it made; retrieval without a
+    measured bottleneck class, as first_sweep_round."""
     from klineage.apply.materialize import RulesMaterializer
     from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
     start = "naive" if inst.family == "reduction" and "naive" in inst.starts else "idiom"
     src = inst.starts[start][1]
-    if cond == "control-random":
+    if cond in ("control-random", "control-structural"):  # the same rewriters in the same seeded order
         lib, spec = [], {"mode": "random", "seed": random_seed(cfg.seed, inst.name)}
     else:
         lib, spec = (library if cond == "skills" else foreign_library(library, sources, cfg.foreign.get(inst.family, ()))), {"mode": "library"}
@@ -109,4 +112,23 @@ def first_sweep_round(inst: Instance, cfg, library: list[dict], sources: dict,
     if "control-random" in cfg.conditions:
         out["control-random"] = random_points(kernel("control-random"), cfg.budget, random_seed(cfg.seed, inst.name),
                                               buildable)[1:]
+    if "control-structural" in cfg.conditions and cfg.structural:
+        out.update(structural_control_round(inst, cfg, (paths or {}).get("control-structural")
+                                            or structural_path(inst, cfg, library, sources, "control-structural")))
     return out
+
+
+def structural_control_round(inst: Instance, cfg, path: list[dict]) -> dict:
+    """control-structural's first sweep points on each kernel of its chain when every rewrite passes
+    ({"control-structural ARM": points}): the unsteered sweep's first points, as many as the largest
+    share of the budget the rewrites leave (the shares' order follows measurements)."""
+    from klineage.apply.materialize import make_buildable, next_points, sweep_order
+    buildable = make_buildable(cfg.sweep_axes)
+    start = "naive" if inst.family == "reduction" and "naive" in inst.starts else "idiom"
+    chain = [(start, inst.starts[start][1])]
+    for st in path:
+        chain.append((f"{chain[-1][0]}+{st['name']}", st["source"]))
+    left = max(0, cfg.budget - len(path))
+    share = -(-left // len(chain))
+    return {f"control-structural {label}": next_points(src, sweep_order(src, [], buildable), share, buildable)
+            for label, src in chain}
