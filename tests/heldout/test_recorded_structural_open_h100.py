@@ -1,5 +1,5 @@
 """The held-out check with structural rewrites as it ran on an NVIDIA H100 (admission off,
-pipelines/heldout_structural_open.toml; benchmarks/results/heldout_structural_h100/): each part with a
+pipelines/heldout_structural_open.toml; benchmarks/results/heldout_structural_open_h100/): each part with a
 report (report_gemm/: the 8 gemm instances; report_probe/: attn_causal_b4_s1024 and
 rmsnorm_8192x8192) replays on this machine, from another folder, to its report byte for byte; the cut
 parts hold what stopped them (the attention instance's reference timing out, the reductions' call
@@ -14,7 +14,7 @@ import pytest
 
 from tests.heldout.support import ROOT, klineage_cli
 
-H100 = ROOT / "benchmarks" / "results" / "heldout_structural_h100"
+H100 = ROOT / "benchmarks" / "results" / "heldout_structural_open_h100"
 PIPELINE = ROOT / "pipelines" / "heldout_structural_open.toml"
 PARTS = {"gemm": ["--families", "gemm"], "probe": ["--instances", "attn_causal_b4_s1024,rmsnorm_8192x8192"]}
 
