@@ -71,7 +71,7 @@ BACKLOG_CALIBRATION_CALLS = 6  # untimed calls per side whose host-side dispatch
 BACKLOG_MAX_US = 20_000.0
 HEARTBEAT_S = 5.0  # a phase of many calls says it is alive between calls at least this often
 # The reference's first call in a worker process may compile and autotune (FlagGems' Triton ops try
-# every configuration of their tuning table: ~50 s for attention on an idle H100 host, more on a busy
+# every configuration of their tuning table: ~50 s for attention on an H100 host, more on a busy
 # one). It runs once per workload and shape in a phase of its own, which may be silent this long.
 REFERENCE_WARMUP_STALL_S = 600.0
 

@@ -132,3 +132,60 @@ def structural_control_round(inst: Instance, cfg, path: list[dict]) -> dict:
     share = -(-left // len(chain))
     return {f"control-structural {label}": next_points(src, sweep_order(src, [], buildable), share, buildable)
             for label, src in chain}
+
+
+def prebuild_kernels(inst: Instance, cfg, library: list[dict], sources: dict) -> list[tuple[str, dict]]:
+    """(source, sweep point) of every kernel a run is known to gate first on `inst`, as far as the
+    kernels' static facts decide them ({} is the kernel itself): its start kernels; with `structural`,
+    each searching condition's structural path (structural_path, control-structural's chain) and the
+    first points its sweep gates on the path's end (the steered conditions' first two rounds, the
+    random control's draws there and on the start, where its rewrites do not pay), control-structural's
+    first points on every kernel of its chain and, with `idiom_arm`, each condition's first points on
+    the idiom kernel; without it, each condition's first two rounds on the idiom kernel. Answering
+    which points build asks nvcc's front end (sweep_axes = "buildable"), so the answers a run needs for
+    them are known once this returns (klineage.gate.compile.export_front_end_answers)."""
+    from klineage.apply.materialize import MAX_SWEEP, make_buildable, next_points, random_points, sweep_order
+    from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
+    buildable = make_buildable(cfg.sweep_axes)
+    out: dict[tuple[str, tuple], tuple[str, dict]] = {}
+
+    def add(src: str, points: list[dict]) -> None:
+        for p in [{}] + list(points):
+            out.setdefault((kernel_hash(src), tuple(sorted(p.items()))), (src, dict(p)))
+
+    def steered(src: str, lib: list[dict], rounds: int) -> list[dict]:
+        ranked = retrieved_skills(lib, retrieve(lib, target_facts(inst.workload, src, PLATFORM_H200, None),
+                                                admission=cfg.admission))
+        return next_points(src, sweep_order(src, ranked, buildable), rounds * (MAX_SWEEP - 1), buildable)
+
+    seed = random_seed(cfg.seed, inst.name)
+    libs = {"skills": library, "control-foreign": foreign_library(library, sources, cfg.foreign.get(inst.family, ())),
+            "control-structural": []}
+    for _, src in inst.starts.values():
+        add(src, [])
+    start = "naive" if cfg.structural and inst.family == "reduction" and "naive" in inst.starts else "idiom"
+    first = inst.starts[start][1]
+    paths = structural_paths(inst, cfg, library, sources)
+    rounds = min(2, cfg.sweep_rounds)
+    for cond in ("skills", "control-foreign", "control-random", "control-structural"):
+        if cond not in cfg.conditions or (cond == "control-structural" and not cfg.structural):
+            continue
+        path = paths.get(cond) or []
+        for st in path:
+            add(st["source"], [])
+        end = path[-1]["source"] if path else first
+        if cond == "control-random":
+            for src in dict.fromkeys([end, first]):
+                add(src, random_points(src, cfg.budget, seed, buildable)[1:])
+        elif cond == "control-structural":
+            for arm, pts in structural_control_round(inst, cfg, path).items():
+                label = arm.split(" ", 1)[1]
+                src = first if label == start else path[label.count("+") - 1]["source"]
+                add(src, pts)
+        else:
+            add(end, steered(end, libs[cond], rounds))
+        if cfg.structural and cfg.idiom_arm and start != "idiom":
+            idiom = inst.starts["idiom"][1]
+            add(idiom, random_points(idiom, cfg.budget, seed, buildable)[1:] if cond == "control-random"
+                else steered(idiom, libs[cond], 1))
+    return list(out.values())

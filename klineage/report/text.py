@@ -277,9 +277,18 @@ def _curve(values) -> str:
     return " ".join(f"{'-' if v is None else f'{v:.3f}':>6}" for v in values)
 
 
+def _curves_in_order(report: dict) -> dict:
+    """summary.budget_curves with its scopes in the report's family order (overall last) and its
+    conditions in the configuration's order, whatever order a JSON reader gave them."""
+    curves = report["summary"].get("budget_curves") or {}
+    scopes = [f for f in report["summary"]["families"] if f in curves] + [s for s in ("overall",) if s in curves]
+    conds = report["config"]["conditions"]
+    return {sc: {c: curves[sc][c] for c in conds if c in curves[sc]} for sc in scopes}
+
+
 def _budget_curves(report: dict) -> list[str]:
     """The budget curves (summary.budget_curves, each row's budget_curve) as text lines; none without."""
-    curves = report["summary"].get("budget_curves") or {}
+    curves = _curves_in_order(report)
     if not curves:
         return []
     n = max(len(v) for per in curves.values() for v in per.values())
@@ -292,7 +301,8 @@ def _budget_curves(report: dict) -> list[str]:
             out.append(f"{scope:<{width}}  {c:<18}  {_curve(vals)}")
     out.append("per instance (- : no kernel passed yet)")
     for inst in report["instances"]:
-        for c, row in inst["conditions"].items():
+        for c in report["config"]["conditions"]:
+            row = inst["conditions"].get(c) or {}
             if row.get("budget_curve") is not None:
                 out.append(f"{inst['instance']:<{width}}  {c:<18}  {_curve(row['budget_curve'])}")
     return out
@@ -302,7 +312,7 @@ def budget_curves_markdown(report: dict) -> str:
     """The budget curves per family and overall as Markdown, for the documentation (regenerated from a
     recorded report by `python -m klineage.report.text curves REPORT.json`): one row per scope and
     searching condition, one column per number of gated candidates."""
-    curves = report["summary"].get("budget_curves") or {}
+    curves = _curves_in_order(report)
     n = max((len(v) for per in curves.values() for v in per.values()), default=0)
     lines = ["| scope | condition | " + " | ".join(str(k) for k in range(n)) + " |", "|" + "---|" * (n + 2)]
     for scope, per in curves.items():
