@@ -388,6 +388,21 @@ def seeded_gpus(paths) -> set[str]:
     return {g for g in gpus if g}
 
 
+def wall_table(folder: Path) -> str:
+    """Markdown: the wall time each family took over the calls recorded in `folder` (each call's
+    family_wall_s, the calls' whole wall time beside them)."""
+    calls = [json.loads(f.read_text()) for f in sorted(Path(folder).glob("heldout_h*_call*.json"))]
+    fams: dict[str, float] = {}
+    for c in calls:
+        for fam, w in (c.get("family_wall_s") or {}).items():
+            fams[fam] = fams.get(fam, 0.0) + w
+    lines = ["| family | wall time over the calls |", "|---|---|"]
+    lines += [f"| {fam} | {w:.0f} s |" for fam, w in fams.items()]
+    lines.append(f"| all ({len(calls)} calls, start-up and export included) | "
+                 f"{sum(c.get('wall_s') or 0.0 for c in calls):.0f} s |")
+    return "\n".join(lines)
+
+
 def write_front_end_answers(path: Path, instances, cfg) -> int:
     """Ask nvcc's front end every question prebuild_jobs asks of these instances (their axes, the
     steered conditions' first two rounds, the prebuilt grids) and write the answers to `path`
@@ -436,9 +451,14 @@ def main() -> int:
                     help="write the plan a device call prebuilds (heldout_plan.jobs.json.gz) and its nvcc front-end "
                          "answers (heldout_plan.front_end.json.gz) into DIR (the pipeline's records folder) and exit; "
                          "a CPU machine with nvcc")
+    ap.add_argument("--wall-table", type=Path, default=None, metavar="DIR",
+                    help="print the wall time each family took over the calls recorded in DIR (Markdown) and exit")
     ap.add_argument("--prefix", default=None,
                     help="the records' file prefix (default: heldout_h100 on an H100, else heldout_h200)")
     ns = ap.parse_args()
+    if ns.wall_table is not None:
+        print(wall_table(ns.wall_table))
+        return 0
     if ns.out is None and ns.front_end_answers is None and ns.plan_pack is None:
         ap.error("--out is required")
     import dataclasses
