@@ -25,6 +25,7 @@ from klineage.gate.guard import check_source, strip_comments
 from klineage.heldout import load_instances
 from klineage.lineage import admit
 from klineage.lineage.analyze import admission_workloads, check_not_heldout, heldout_fingerprint, run_admission
+from klineage.mechanisms.forward import rewrite_for
 from klineage.store import open_store
 from klineage.workload import load_workload
 
@@ -142,7 +143,7 @@ def test_structural_skills_of_the_held_out_families_have_a_target_without_them(m
     assert target not in {c.workload for c in card.effects.per_case}
     requires = sorted({r[1] for r in card.requires})
     for tgt in admit._targets_of(admit.candidate_kernels(wl, [], starts), mech):
-        if admit.rewrite_for(mech, tgt.source, requires, None, card=card, workload=wl) is not None:
+        if rewrite_for(mech, tgt.source, requires, None, card=card, workload=wl) is not None:
             return
     pytest.fail(f"no kernel of {target} takes {mech}")
 
