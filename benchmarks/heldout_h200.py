@@ -20,14 +20,14 @@ Writes under DIR:
                                 expert corpus its memorization audit read (klineage.heldout.records): a
                                 replay adopts them, so it stands when the shipped library changes later
 With a pipeline whose [heldout] sets structural = true (pipelines/heldout_structural.toml), --prebuild
-builds the plan a CPU machine wrote into the records folder (heldout_plan.jobs.json.gz, by
+builds the plan a CPU machine wrote into the records folder (heldout_plan.jobs.json.xz, by
 --plan-pack: every kernel the conditions are known to gate first, klineage.heldout.plan.prebuild_kernels,
 with nvcc's front-end answers for their sweeps in heldout_plan.front_end.json.gz), in run order beside
 the run; without one, a process of its own works out each searching condition's structural
 rewrites and first sweep round and builds them (slow: the recognisers run on the device's CPU).
 
     python benchmarks/heldout_h200.py --plan-pack DIR --config pipelines/heldout_structural.toml [--families F]
-        (a CPU machine with nvcc: writes DIR/heldout_plan.jobs.json.gz and DIR/heldout_plan.front_end.json.gz)
+        (a CPU machine with nvcc: writes DIR/heldout_plan.jobs.json.xz and DIR/heldout_plan.front_end.json.gz)
 
 Resuming over calls: each call exports, besides the evaluations, the rows it decided
 (<prefix>_<tag>.rows.json.gz: the run's rows, with the hash of the code that decided them); a later
@@ -235,7 +235,7 @@ class StructuralBuild:
                 "wall_s_at_stop": round(time.perf_counter() - self.t0, 1)}
 
 
-PLAN_JOBS = "heldout_plan.jobs.json.gz"
+PLAN_JOBS = "heldout_plan.jobs.json.xz"  # xz: the kernels' sources repeat each other across instances
 PLAN_FRONT_END = "heldout_plan.front_end.json.gz"
 ROWS_SUFFIX = ".rows.json.gz"
 
@@ -264,7 +264,7 @@ def plan_pack(out: Path, instances, cfg, library, sources) -> dict:
     gate first (klineage.heldout.plan.prebuild_kernels) as PLAN_JOBS ({"nvcc", "sources": {hash:
     source}, "instances": {name: [[hash, flags], ...]}}) and every nvcc front-end answer working
     them out asked as PLAN_FRONT_END; returns counts and seconds per instance."""
-    import gzip
+    import lzma
     from klineage.apply.materialize import point_flags
     from klineage.gate.compile import export_front_end_answers, nvcc_version
     from klineage.gate.gate import kernel_hash
@@ -281,7 +281,7 @@ def plan_pack(out: Path, instances, cfg, library, sources) -> dict:
         secs[inst.name] = round(time.perf_counter() - t, 1)
         print(f"plan: {inst.name}: {len(jobs)} kernels in {secs[inst.name]} s", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    with gzip.open(out / PLAN_JOBS, "wt") as f:
+    with lzma.open(out / PLAN_JOBS, "wt", preset=9) as f:
         json.dump({"nvcc": nvcc_version(), "config": cfg.to_dict(), "sources": srcs, "instances": per}, f,
                   sort_keys=True)
     n_fe = export_front_end_answers(out / PLAN_FRONT_END)
@@ -293,11 +293,11 @@ def plan_pack(out: Path, instances, cfg, library, sources) -> dict:
 def read_plan(paths, names: list[str]) -> list[tuple[str, tuple[str, ...]]] | None:
     """(source, flags) of the plan's jobs for the instances `names`, in that order, from the first
     PLAN_JOBS among `paths` (folders); None when there is none."""
-    import gzip
+    import lzma
     for p in map(Path, paths):
         f = p / PLAN_JOBS if p.is_dir() else None
         if f is not None and f.is_file():
-            with gzip.open(f, "rt") as fh:
+            with lzma.open(f, "rt") as fh:
                 plan = json.load(fh)
             jobs = {}
             for n in names:
@@ -448,7 +448,7 @@ def main() -> int:
                          "two rounds and prebuilt grids of the selected instances) to PATH (*.front_end.json.gz) and "
                          "exit: in the records folder, a device call with the same nvcc reads them instead of asking")
     ap.add_argument("--plan-pack", type=Path, default=None, metavar="DIR",
-                    help="write the plan a device call prebuilds (heldout_plan.jobs.json.gz) and its nvcc front-end "
+                    help="write the plan a device call prebuilds (heldout_plan.jobs.json.xz) and its nvcc front-end "
                          "answers (heldout_plan.front_end.json.gz) into DIR (the pipeline's records folder) and exit; "
                          "a CPU machine with nvcc")
     ap.add_argument("--wall-table", type=Path, default=None, metavar="DIR",

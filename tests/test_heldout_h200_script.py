@@ -238,10 +238,10 @@ def test_the_plan_lists_each_conditions_first_kernels(monkeypatch, library):
 
 
 def test_a_plan_pack_is_read_back_in_the_runs_order(tmp_path):
-    import gzip
     import json
+    import lzma
     plan = {"sources": {"a": "A", "b": "B"}, "instances": {"x": [["a", []], ["b", ["-DN=2"]]], "y": [["a", []]]}}
-    (tmp_path / heldout_h200.PLAN_JOBS).write_bytes(gzip.compress(json.dumps(plan).encode()))
+    (tmp_path / heldout_h200.PLAN_JOBS).write_bytes(lzma.compress(json.dumps(plan).encode()))
     assert heldout_h200.read_plan([tmp_path], ["y", "x"]) == [("A", ()), ("B", ("-DN=2",))]
     assert heldout_h200.read_plan([tmp_path / "none"], ["x"]) is None
 
