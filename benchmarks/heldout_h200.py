@@ -376,16 +376,24 @@ def seeded_libraries(paths) -> set[str]:
     return {read_library_record(f)["hash"] for f in found}
 
 
-def seeded_gpus(paths) -> set[str]:
-    """The GPU models of the recorded evaluations among `paths` (files or folders of earlier calls)."""
+def _recorded(paths):
+    """Every evaluation record of the record files among `paths` (files or folders)."""
     import gzip
     from klineage.store.recorded import recorded_files
-    gpus = set()
     for p in map(Path, paths):
         for f in (recorded_files(p) if p.is_dir() else [p] if p.name.endswith((".jsonl", ".jsonl.gz")) else []):
             with (gzip.open(f, "rt") if f.suffix == ".gz" else open(f)) as fh:
-                gpus |= {json.loads(line).get("gpu") for line in fh if line.strip()}
-    return {g for g in gpus if g}
+                yield from (json.loads(line) for line in fh if line.strip())
+
+
+def seeded_gpus(paths) -> set[str]:
+    """The GPU models of the recorded evaluations among `paths` (files or folders of earlier calls)."""
+    return {r["gpu"] for r in _recorded(paths) if r.get("gpu")}
+
+
+def recorded_keys(paths) -> set[str]:
+    """The eval keys of the recorded evaluations among `paths`."""
+    return {r["eval_key"] for r in _recorded(paths)}
 
 
 def wall_table(folder: Path) -> str:
@@ -517,7 +525,9 @@ def main() -> int:
     store = open_store(db)
     refuse_harness_errors(store)
     seeded = import_paths(store, ns.seed_recorded) if ns.seed_recorded else None
-    seeded_keys = store.evaluation_keys() if ns.seed_recorded else set()  # exported by the calls before
+    # in the run's own records folder already (the calls before): not exported again; whatever else this
+    # call used, measured or imported from elsewhere, goes into its file, so the folder replays alone
+    seeded_keys = recorded_keys(hp.records) if ns.seed_recorded else set()
     hashes = sorted({i.workload.content_hash for i in instances}
                     | {fallback_hash(i.workload.content_hash) for i in instances if i.has_fallback})
     from klineage.heldout.run import run_id_for
