@@ -517,7 +517,7 @@ def main() -> int:
               "calls must all run on one GPU model (ask the device for that kind), or seed none", flush=True)
         return 2
     # answers recorded by this nvcc (the plan's, earlier calls'): the sweep's axes without asking again
-    print(f"front-end answers: {load_front_end(hp.records + list(ns.seed_recorded))} loaded", flush=True)
+    print(f"front-end answers: {load_front_end(list(dict.fromkeys(map(Path, hp.records + list(ns.seed_recorded)))))} loaded", flush=True)
     reference_cache = load_reference_cache(list(ns.seed_recorded))
     db = ns.db
     if not db.exists():
