@@ -68,8 +68,10 @@ class ApplyConfig:
     # skipped); {"mode": "library"}, the retrieved skills a shape rewriter adds to the best first, one
     # per step before any sweep point, each with its card's parameters; {"mode": "random", "seed": S},
     # the control without the library: every mechanism a shape rewriter adds, in one order drawn at
-    # random (random.Random(S)), at the rewriters' own parameters, and no other rules. Left out of
-    # to_dict when None (run ids as before).
+    # random (random.Random(S)), at the rewriters' own parameters, and no other rules;
+    # {"mode": "random", "seed": S, "keep": "passing"}, the same order where every rewrite that passes
+    # the gate becomes the best, faster or not (the structural control's chain of arms,
+    # klineage.heldout.run). Left out of to_dict when None (run ids as before).
     structural: dict | None = None
 
     def __post_init__(self):
@@ -117,7 +119,8 @@ def strategies(cfg: ApplyConfig, arch: str, llm=None) -> tuple[list, list]:
     materializer, in the configuration's order."""
     rules = RulesMaterializer(structural=cfg.structural is not None)
     sweep = make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, arch))
-    leaders = [StructuralRewrites(rules)] if "rules" in cfg.materializers else []
+    keep = (cfg.structural or {}).get("keep") == "passing"
+    leaders = [StructuralRewrites(rules, keeps_passing=keep)] if "rules" in cfg.materializers else []
     out = []
     for backend in cfg.materializers:
         if backend == "sweep":
@@ -211,12 +214,15 @@ def _planned(search, memo: dict):
 
 
 def check_structural(spec: dict | None) -> None:
-    """Raise ValueError unless `spec` is None, {"mode": "library"} or {"mode": "random", "seed": S}."""
+    """Raise ValueError unless `spec` is None, {"mode": "library"} or {"mode": "random", "seed": S}
+    (with "keep": "passing" or not)."""
     ok = spec is None or spec == {"mode": "library"} or (
-        spec.get("mode") == "random" and set(spec) == {"mode", "seed"} and isinstance(spec.get("seed"), int))
+        spec.get("mode") == "random" and set(spec) - {"keep"} == {"mode", "seed"} and isinstance(spec.get("seed"), int)
+        and spec.get("keep", "passing") == "passing")
     if not ok:
         raise ValueError(f"structural {spec!r}: None (no structural rewrites), {{'mode': 'library'}} (the retrieved "
-                         "skills') or {'mode': 'random', 'seed': S} (every shape rewriter's, in a seeded order)")
+                         "skills') or {'mode': 'random', 'seed': S} (every shape rewriter's, in a seeded order; "
+                         "with 'keep': 'passing', each rewrite that passes the gate is kept, faster or not)")
 
 
 def write_outputs(run: dict, out: Path) -> None:
