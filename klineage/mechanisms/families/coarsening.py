@@ -140,6 +140,218 @@ def _grid_stride_loops(k: Kernel) -> list[Feature]:
     return out
 
 
+_THREAD = re.compile(r"\b(?:threadIdx|blockIdx|blockDim)\b")
+
+
+def _loop_counts(k: Kernel, named: set[str]) -> list[Feature]:
+    """Per-thread counts written as loop structure, whatever their names: a `for` of constant trip
+    count C (a literal, a template parameter or a compile-time constant) whose index, added to a
+    thread's index scaled by C, reaches a pointer: columns a block-width apart (`c = base + k *
+    blockDim.x` with `base += 4 * blockDim.x`), consecutive elements (`base = tid * 4; i = base + j`),
+    rows of a block (`row = blockIdx.x * 4 + r`), a column of results (`C[(threadRow * TM + i) * N]`
+    with `float acc[TM]`). A function holding a 2-D tile of results (two nested counted loops
+    indexing one register array) is register tiling, not this. Seen, not rewritten; one feature per
+    function and count."""
+    from klineage.mechanisms.codescan import scan
+    from klineage.mechanisms.families.register_tiling import _register_tiles
+    s = scan(k)
+    out = []
+    for fn in s.fns:
+        if not _device(fn.node):
+            continue
+        counted = [(lp, c) for lp in s.loops(fn) if k.live(lp.node) and (c := _trip_count(s, fn, lp))]
+        if not counted or _two_d_tile(fn.node, [lp for lp in s.loops(fn) if lp.var]) or _register_tiles(s, fn):
+            continue  # a 2-D tile of results per thread is register tiling
+        defs = _definitions(fn.node)
+        threaded = _thread_names(defs)
+        pointers = _pointer_names(fn.node)
+        found: dict[str, list] = {}
+        for lp, count in counted:
+            if count in named:
+                continue
+            if any(_scaled_sum(n, lp.var, count, defs, threaded) and _reaches_pointer(n, lp, pointers)
+                   for n in walk(lp.body) if n.type == "binary_expression"
+                   and n.child_by_field_name("operator").type == "+"):
+                found.setdefault(count, []).append(lp)
+        for count, loops in found.items():
+            a = min(k.lines(lp.node)[0] for lp in loops)
+            b = max(k.lines(lp.node)[1] for lp in loops)
+            out.append(Feature(Coarsening.NAME, f"{fn.name}:loop:{count}", (a, b), anchor="per-thread count",
+                               detail=detail(form="loop", count=count, loops=len(loops)), removable=False,
+                               path=f"{fn.name} > loop of {count} items per thread"))
+    return out
+
+
+def _trip_count(s, fn, lp) -> str | None:
+    """C of `for (int j = 0; j < C; ++j)` when C is a literal >= 2, a template parameter of the
+    function or a compile-time constant >= 2; else None."""
+    node = lp.node
+    if lp.var is None or node.type != "for_statement":
+        return None
+    init = node.child_by_field_name("initializer")
+    if init is None or not re.search(r"=\s*0[uU]?\s*;?$", init.text.decode().strip()):
+        return None
+    cond = node.child_by_field_name("condition")
+    m = re.fullmatch(rf"\s*\(?\s*{re.escape(lp.var)}\s*<\s*(\w+)\s*\)?\s*", cond.text.decode()) if cond else None
+    upd = node.child_by_field_name("update")
+    if m is None or upd is None or not re.fullmatch(rf"\s*(?:\+\+\s*{re.escape(lp.var)}|{re.escape(lp.var)}\s*\+\+|"
+                                                    rf"{re.escape(lp.var)}\s*\+=\s*1)\s*", upd.text.decode()):
+        return None
+    bound = m.group(1)
+    if bound.isdigit():
+        return bound if int(bound) >= 2 else None
+    value = s.value(bound, fn)
+    decl = fn.node.parent
+    params = _template_params(decl) if decl is not None and decl.type == "template_declaration" else []
+    return bound if (value is not None and value >= 2) or (value is None and bound in params) else None
+
+
+def _two_d_tile(fn_node: Node, loops: list) -> bool:
+    """Two nested counted loops whose indices both subscript one local array (`acc[i][j]`,
+    `acc[i * TN + j]`, `a.c[i][j]`)."""
+    from klineage.mechanisms.codescan import base_name
+    for outer in loops:
+        for inner in loops:
+            if inner is outer or not (outer.body.start_byte <= inner.node.start_byte < outer.body.end_byte):
+                continue
+            for n in walk(inner.body):
+                if n.type != "subscript_expression":
+                    continue
+                top = n
+                while top.parent is not None and top.parent.type == "subscript_expression" \
+                        and top.parent.child_by_field_name("argument") == top:
+                    top = top.parent
+                ids = {x.text.decode() for x in walk(top) if x.type == "identifier"}
+                root = next((x.text.decode() for x in walk(top) if x.type == "identifier"), None)
+                if outer.var in ids and inner.var in ids and (_local_array(fn_node, base_name(top))
+                                                              or _local_array(fn_node, root)):
+                    return True
+    return False
+
+
+def _local_array(fn_node: Node, name: str | None) -> bool:
+    """`name` is declared in the function as an array (or a struct holding one) without __shared__."""
+    if not name:
+        return False
+    for d in walk(fn_node):
+        if d.type != "declaration" or "__shared__" in d.text.decode() or "static" in d.text.decode():
+            continue
+        for n in walk(d):
+            if n.type == "array_declarator" and n.text.decode().split("[")[0].strip() == name:
+                return True
+            if n.type == "identifier" and n.text.decode() == name and d.child_by_field_name("type") is not None \
+                    and d.child_by_field_name("type").type in ("type_identifier", "struct_specifier"):
+                return True  # a struct of accumulators
+    return False
+
+
+def _definitions(fn_node: Node) -> dict[str, list[Node]]:
+    from klineage.mechanisms.codescan import assignments, base_name
+    defs: dict[str, list[Node]] = {}
+    for lhs, op, rhs, _ in assignments(fn_node):
+        name = base_name(lhs)
+        if name:
+            defs.setdefault(name, []).append(rhs)
+    return defs
+
+
+def _thread_names(defs: dict[str, list[Node]]) -> set[str]:
+    """Variables (transitively) computed from threadIdx / blockIdx / blockDim."""
+    out: set[str] = set()
+    for _ in range(4):
+        for name, rhss in defs.items():
+            if name not in out and any(_THREAD.search(r.text.decode()) or
+                                       {x.text.decode() for x in walk(r) if x.type == "identifier"} & out
+                                       for r in rhss):
+                out.add(name)
+    return out
+
+
+def _threaded(node: Node, threaded: set[str]) -> bool:
+    return bool(_THREAD.search(node.text.decode())) or any(
+        x.type == "identifier" and x.text.decode() in threaded for x in walk(node))
+
+
+def _scaled(node: Node, count: str, defs, threaded, depth: int = 0) -> bool:
+    """`node` holds, itself or through the definitions of the names it reads, a product of `count`
+    and a thread index."""
+    for n in walk(node):
+        if n.type == "binary_expression" and n.child_by_field_name("operator").type == "*":
+            x, y = n.child_by_field_name("left"), n.child_by_field_name("right")
+            for a, b in ((x, y), (y, x)):
+                if _bare(a) == count and _threaded(b, threaded):
+                    return True
+    if depth < 3:
+        for x in walk(node):
+            if x.type == "identifier" and x.text.decode() in defs:
+                if any(_scaled(r, count, defs, threaded, depth + 1) for r in defs[x.text.decode()]):
+                    return True
+    return False
+
+
+def _bare(node: Node) -> str:
+    t = node.text.decode().strip()
+    while t.startswith("(") and t.endswith(")"):
+        t = t[1:-1].strip()
+    return t
+
+
+def _scaled_sum(plus: Node, var: str, count: str, defs, threaded) -> bool:
+    """`a + b`: one side reads the loop index, the other a thread index scaled by the trip count."""
+    x, y = plus.child_by_field_name("left"), plus.child_by_field_name("right")
+    for a, b in ((x, y), (y, x)):
+        ids = {n.text.decode() for n in walk(a) if n.type == "identifier"}
+        if var in ids and var not in {n.text.decode() for n in walk(b) if n.type == "identifier"} \
+                and _scaled(b, count, defs, threaded):
+            return True
+    return False
+
+
+def _pointer_names(fn_node: Node) -> set[str]:
+    """Parameters and locals declared as pointers."""
+    out = set()
+    for d in walk(fn_node):
+        if d.type in ("parameter_declaration", "declaration"):
+            for n in walk(d):
+                if n.type == "pointer_declarator":
+                    ident = next((c for c in walk(n) if c.type == "identifier"), None)
+                    if ident is not None:
+                        out.add(ident.text.decode())
+    return out
+
+
+def _reaches_pointer(plus: Node, lp, pointers: set[str]) -> bool:
+    """The sum (or the variable it is stored in) indexes a pointer in the loop body: `p[... sum ...]`,
+    `p + sum`."""
+    from klineage.mechanisms.codescan import base_name
+    names = {None}
+    top = plus
+    while top.parent is not None and top.parent.type in ("binary_expression", "parenthesized_expression",
+                                                          "cast_expression"):
+        top = top.parent
+    holder = top.parent
+    if holder is not None and holder.type in ("init_declarator", "assignment_expression"):
+        target = holder.child_by_field_name("declarator") or holder.child_by_field_name("left")
+        names = {base_name(target)}
+    uses = [plus] if names == {None} else [x for x in walk(lp.body) if x.type == "identifier"
+                                          and x.text.decode() in names]
+    for u in uses:
+        for a in syntax.ancestors(u):
+            if a.type == "subscript_expression" and base_name(a.child_by_field_name("argument")) in pointers \
+                    and not _within_node(u, a.child_by_field_name("argument")):
+                return True
+            if a.type == "binary_expression" and a.child_by_field_name("operator").type == "+" and any(
+                    base_name(a.child_by_field_name(f)) in pointers for f in ("left", "right")):
+                return True
+            if a.type in ("expression_statement", "declaration", "for_statement", "compound_statement"):
+                break
+    return False
+
+
+def _within_node(inner: Node, outer: Node | None) -> bool:
+    return outer is not None and outer.start_byte <= inner.start_byte and inner.end_byte <= outer.end_byte
+
+
 def live_define(k: Kernel, node: Node) -> bool:
     return node.start_point.row + 1 in semantics.macro_lines(k.source)
 
@@ -325,7 +537,9 @@ class Coarsening(Mechanism):
         return out
 
     def detect_more(self, k: Kernel) -> list[Feature]:
-        return _template_counts(k, {f.locus for f in self.detect(k)}) + _grid_stride_loops(k)
+        named = self.detect(k)
+        return (_template_counts(k, {f.locus for f in named}) + _grid_stride_loops(k)
+                + _loop_counts(k, {dict(f.detail).get("name", f.locus.rpartition(":")[2]) for f in named}))
 
     def deoptimize(self, k: Kernel, feature: Feature):
         hit = dict(_constants(k)).get(feature.locus)

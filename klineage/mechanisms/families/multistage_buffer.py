@@ -42,6 +42,9 @@ class MultistageBuffer(_Structural):
             lines = _prefetch_double_buffer(s, fn)
             stages = {"stages": 2} if lines else {}
         if not lines:
+            lines = _stage_offsets(s, fn)
+            stages = {"stages": 2, "form": "stage offset"} if lines else {}
+        if not lines:
             return None
         info = dict(stages)
         info["copy"] = _joined(["cp.async" if "cp_async" in fn.cats else "", "tma" if "tma_copy" in fn.cats else ""])
@@ -102,6 +105,42 @@ def _prefetch_double_buffer(s: Scan, fn) -> set[int]:
         if hits and not _written_from_itself(s, fn, name):
             out |= {decl} | _lines(hits) | {ln for ln, m in flips if any(
                 re.search(rf"\b{re.escape(next(g for g in m.groups() if g))}\b", h.group(0)) for _, h in hits)}
+    return out
+
+
+_TOGGLES = (r"\b(\w+)\s*\^=\s*\w+\s*;",                        # stage ^= 1; off ^= TILE
+            r"\b(\w+)\s*=\s*1\s*-\s*\w+\s*;",                    # s = 1 - s
+            r"\b(\w+)\s*=\s*[^;=]*?(?:&\s*1|%\s*2)\b[^;]*;",      # cur = ((k / BK) & 1) * STAGE
+            r"\b(\w+)\s*=\s*\(?\s*\w+\s*\^\s*\w+\s*\)?[^;]*;")   # nxt = off ^ TILE; (s ^ 1) * N
+
+
+def _stage_offsets(s: Scan, fn) -> set[int]:
+    """Two stages in one flat shared array reached by a computed offset: a `[2 * N]` array (or dynamic
+    shared memory) indexed or offset by a variable that flips between stages (`cur = (k & 1) *
+    STAGE; nxt = STAGE - cur`, `nxt = off ^ TILE; ...; off = nxt`, `smem + (stage ^ 1) * N`), written
+    from outside the array (the next tile) while the other stage is read."""
+    arrays = {m.group(1): ln for ln, m in s.find(fn, r"__shared__[^;=]*?\b(\w+)\s*\[\s*(?:2\s*\*|[^\]]*\*\s*2\s*\]|\s*\])")}
+    if not arrays or not s.loops(fn):
+        return set()
+    offsets, flips = set(), []
+    for pat in _TOGGLES:
+        for ln, m in s.find(fn, pat):
+            offsets.add(m.group(1))
+            flips.append(ln)
+    for _ in range(3):  # nxt = STAGE - cur; off = nxt
+        for ln, m in s.find(fn, r"\b(\w+)\s*=\s*(?:\w+\s*-\s*)?(\w+)\s*;"):
+            if m.group(2) in offsets and m.group(1) not in offsets:
+                offsets.add(m.group(1))
+                flips.append(ln)
+    if not offsets:
+        return set()
+    alt = "|".join(sorted(map(re.escape, offsets)))
+    out = set()
+    for name, decl in arrays.items():
+        use = rf"\b{re.escape(name)}\s*(?:\[|\+)\s*\(?\s*(?:{alt})\b"
+        hits = s.find(fn, use)
+        if len(hits) >= 2 and not _written_from_itself(s, fn, name):
+            out |= {decl} | _lines(hits) | set(flips)
     return out
 
 

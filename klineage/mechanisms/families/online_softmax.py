@@ -24,17 +24,22 @@ class OnlineSoftmax(_Structural):
         assigns = [(l, op, r) for l, op, r, st in live]
         maxed = {base_name(l) for l, op, r in assigns if op == "=" and (_is_call(r, _MAX_FNS) or _ternary_max(r))}
         maxed -= {None}
-        pairs = set()
-        for l, op, r, st in live:
-            a, b, rs = base_name(l), base_name(r), strip(r)
-            plain = rs.type in ("identifier", "subscript_expression", "field_expression")
-            if op == "=" and a and b and a != b and plain and (a in maxed or b in maxed):
-                pairs.add(frozenset((a, b)))
-            elif op == "=" and a and b and a != b and plain and _raised_under(st, l, r):
-                maxed.add(a)  # `if (x > m) { ...; m = x; }`: a running maximum written as a branch
-                pairs.add(frozenset((a, b)))
+        pairs = _self_max_pairs(assigns)
+        grown = True
+        while grown:  # to a fixpoint: `old = m;` may come before the branch that raises m
+            grown = False
+            for l, op, r, st in live:
+                a, b, rs = base_name(l), base_name(r), strip(r)
+                plain = rs.type in ("identifier", "subscript_expression", "field_expression")
+                if not (op == "=" and a and b and a != b and plain):
+                    continue
+                if a not in maxed and b not in maxed and _raised_under(st, l, r):
+                    maxed.add(a)  # `if (x > m) { ...; m = x; }`: a running maximum written as a branch
+                if (a in maxed or b in maxed) and frozenset((a, b)) not in pairs:
+                    pairs.add(frozenset((a, b)))
+                    grown = True
         if not pairs:
-            return None
+            return _pair_merge(s, fn)
         in_pair = set().union(*pairs)
         exp_fns = _EXP_FNS | {f.name for f in s.fns if "exp" in f.own and re.search(r"(?i)ex(?:p|2)", f.name)}
         derived: dict[str, set[str]] = {}
@@ -59,7 +64,7 @@ class OnlineSoftmax(_Structural):
                 if args is not None and "-" in args.text.decode() and any(p <= sides(args) for p in pairs):
                     factors.append(n)
         if not factors:
-            return None
+            return _pair_merge(s, fn)
         # names holding a rescale factor (`alpha = exp2f((m_prev - m) * scale)`), not self-updates using one
         fnames = {base_name(l) for l, op, r in assigns if op == "=" and any(_within(f, r) for f in factors)
                   and base_name(l) not in _names(r)} - {None}
@@ -86,11 +91,77 @@ class OnlineSoftmax(_Structural):
                                              or (base_name(a2[1]) == acc and scales(a2[0]))):
                             rescaled.add(acc)
         if not rescaled:
-            return None
+            return _pair_merge(s, fn)
         new = {v for v in in_pair if v in maxed}
         lines = {n.start_point.row + 1 for n in walk(fn.node)
                  if n.type == "identifier" and n.text.decode() in new and s.live(n.start_point.row + 1)}
         return lines, ({"rescaled": ",".join(sorted(rescaled))} if len(rescaled) > 1 else {})
+
+
+def _self_max_pairs(assigns) -> set[frozenset]:
+    """`m = fmaxf(m, v)`: the running maximum m and each value it takes in, written inline."""
+    out = set()
+    for l, op, r in assigns:
+        a = base_name(l)
+        if op != "=" or not a or not _is_call(r, _MAX_FNS):
+            continue
+        args = call_args(strip(r))
+        if any(base_name(x) == a for x in args):
+            out |= {frozenset((a, b)) for x in args if (b := base_name(x)) and b != a
+                    and strip(x).type in ("identifier", "subscript_expression", "field_expression")}
+    return out
+
+
+def _pair_merge(s, fn):
+    """A merge operator of two (max, sum) pairs, `r.d = big.d + small.d * exp(small.m - big.m)`: an
+    exponential of the difference of one field of two pairs scales the other field of the first,
+    and the function compares or takes the maximum of that field of two pairs (`a.m > b.m`,
+    `fmaxf(a.m, b.m)`). (lines, detail) or None."""
+    compared = set()
+    for n in walk(fn.node):
+        if not s.live(n.start_point.row + 1):
+            continue
+        if n.type == "binary_expression" and n.child_by_field_name("operator").type in (">", "<", ">=", "<="):
+            sides = [_field(n.child_by_field_name(f)) for f in ("left", "right")]
+        elif _is_call(n, _MAX_FNS):
+            sides = [_field(a) for a in call_args(n)[:2]]
+        else:
+            continue
+        if len(sides) == 2 and all(sides) and sides[0][1] == sides[1][1] and sides[0][0] != sides[1][0]:
+            compared.add(sides[0][1])
+    if not compared:
+        return None
+    lines = set()
+    for n in walk(fn.node):
+        if not (_is_call(n, _EXP_FNS) and s.live(n.start_point.row + 1)):
+            continue
+        diff = next((d for d in walk(n) if d.type == "binary_expression"
+                     and d.child_by_field_name("operator").type == "-"), None)
+        if diff is None:
+            continue
+        x, y = _field(diff.child_by_field_name("left")), _field(diff.child_by_field_name("right"))
+        if not (x and y and x[1] == y[1] and x[0] != y[0] and x[1] in compared):
+            continue
+        prod = n.parent
+        while prod is not None and prod.type == "parenthesized_expression":
+            prod = prod.parent
+        others = []
+        if prod is not None and prod.type == "binary_expression" and prod.child_by_field_name("operator").type == "*":
+            others = [prod.child_by_field_name(f) for f in ("left", "right")]
+        elif prod is not None and prod.type == "argument_list" and _is_call(prod.parent, _FMA_FNS):
+            others = call_args(prod.parent)[:2]
+        if any((o := _field(c)) and o[0] == x[0] and o[1] != x[1] for c in others if not _within(n, c)):
+            lines.add(n.start_point.row + 1)
+    return (lines, {"form": "pair merge"}) if lines else None
+
+
+def _field(node) -> tuple[str, str] | None:
+    """(object, field) of `obj.field` (`a.m`, `p->m`), else None."""
+    n = strip(node)
+    if n is None or n.type != "field_expression":
+        return None
+    obj, f = n.child_by_field_name("argument"), n.child_by_field_name("field")
+    return (squash(obj.text.decode()), f.text.decode()) if obj is not None and f is not None else None
 
 
 def _names(node) -> set[str]:

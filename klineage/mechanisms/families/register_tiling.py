@@ -54,7 +54,7 @@ def _declarator_array(d):
             d = d.child_by_field_name("declarator")
         elif d.type in ("parenthesized_declarator", "reference_declarator", "init_declarator"):
             d = d.child_by_field_name("declarator") or (d.named_children[0] if d.named_children else None)
-        elif d.type == "identifier":
+        elif d.type in ("identifier", "field_identifier"):
             return d.text.decode(), list(reversed(dims))
         else:
             return None, []
@@ -163,8 +163,15 @@ def _accumulated(s: Scan, fn, depth: int = 0) -> dict[str, tuple[str, set[int]]]
 def _register_tiles(s: Scan, fn) -> dict[str, dict]:
     arrays = _arrays(s, fn)
     out = {}
-    for name, (how, lines) in _accumulated(s, fn).items():
-        a = arrays[name]
+    accumulated = _accumulated(s, fn)
+    for name, (how, lines) in _helper_tiles(s, fn, arrays).items():
+        accumulated.setdefault(name, (how, lines))
+    structs = _struct_tiles(s) if any(n not in arrays for n in accumulated) else {}
+    for name, (how, lines) in accumulated.items():
+        a = arrays.get(name) or next((dict(t, line=min(lines)) for ty, t in structs.items()
+                                      if _local_type(fn, name) == ty), None)
+        if a is None:
+            continue
         if len(a["dims"]) < 2 and how == "mma":
             continue
         dims = []
@@ -176,6 +183,86 @@ def _register_tiles(s: Scan, fn) -> dict[str, dict]:
         out[name] = {"tile": "x".join(dims), "how": how, "lines": lines | {a["line"]},
                      "dtype": a["type"] if a["type"] in _SIMPLE_TYPES else ("fragment" if base == "fragment" else "")}
     return out
+
+
+def _helper_tiles(s: Scan, fn, arrays: dict) -> dict[str, tuple[str, set[int]]]:
+    """Tiles whose outer product a helper adds: `outer_product(regM, regN, threadResults)` where the
+    helper accumulates products into that parameter under two loop indices (`acc[i * TN + j] +=`,
+    `acc[i][j] = fmaf(...)`, `acc.c[i][j] += ...`). A local struct passed there counts when its type
+    holds an array of two or more dimensions (name -> ("helper", lines))."""
+    out: dict[str, tuple[str, set[int]]] = {}
+    structs = _struct_tiles(s)
+    for n in walk(fn.node):
+        if n.type != "call_expression" or not s.live(n.start_point.row + 1):
+            continue
+        callee = callee_name(n)
+        if callee not in s.by_name or callee == fn.name:
+            continue
+        args = call_args(n)
+        for i in _tile_params(s, callee):
+            if i >= len(args):
+                continue
+            root = next((x.text.decode() for x in walk(args[i]) if x.type == "identifier"), None)
+            if root in arrays or _local_type(fn, root) in structs:
+                h, ls = out.get(root, ("helper", set()))
+                out[root] = (h, ls | {n.start_point.row + 1})
+    return out
+
+
+def _tile_params(s: Scan, name: str) -> set[int]:
+    """Parameters of in-file function `name` it accumulates products into under two loop indices."""
+    key = ("tile_params", name)
+    if key in s.memo:
+        return s.memo[key]
+    out = set()
+    for f in s.by_name.get(name, []):
+        params = _param_names(f)
+        loops = s.loops(f)
+        for l, op, r, st in assignments(f.node):
+            root = next((x.text.decode() for x in walk(l) if x.type == "identifier"), None)
+            if root not in params:
+                continue
+            fma = (op in ("+=", "-=") and (_has_product(r) or any(_is_call(c, _FMA_FNS) for c in walk(r)))) or \
+                (op == "=" and _is_call(r, _FMA_FNS)) or (op == "=" and _self_plus_product(r, base_name(l)))
+            loop_vars = {lp.var for lp in loops if lp.var and lp.body.start_byte <= st.start_byte
+                         and st.end_byte <= lp.body.end_byte}
+            used = set().union(*[identifiers(i) for i in subscripts(l)]) & loop_vars if subscripts(l) else set()
+            if fma and len(used) >= 2:
+                out.add(params.index(root))
+    s.memo[key] = out
+    return out
+
+
+def _struct_tiles(s: Scan) -> dict[str, dict]:
+    """Struct types of the file with an array member of two or more dimensions: name -> the member's
+    {"dims", "type"}."""
+    if "struct_tiles" in s.memo:
+        return s.memo["struct_tiles"]
+    out = {}
+    for n in walk(s.tree.root):
+        if n.type in ("struct_specifier", "class_specifier") and n.child_by_field_name("body") is not None:
+            name = n.child_by_field_name("name")
+            for f in n.child_by_field_name("body").named_children:
+                if f.type != "field_declaration" or name is None:
+                    continue
+                _, dims = _declarator_array(f.child_by_field_name("declarator"))
+                ty = f.child_by_field_name("type")
+                if len(dims) >= 2:
+                    out[name.text.decode()] = {"dims": dims, "type": squash(ty.text.decode()) if ty else ""}
+    s.memo["struct_tiles"] = out
+    return out
+
+
+def _local_type(fn, name: str | None) -> str | None:
+    """The declared type of local variable `name` of `fn`."""
+    for d in walk(fn.node):
+        if d.type == "declaration":
+            ty = d.child_by_field_name("type")
+            for decl in d.children_by_field_name("declarator"):
+                ident = decl.child_by_field_name("declarator") if decl.type == "init_declarator" else decl
+                if ident is not None and ident.type == "identifier" and ident.text.decode() == name and ty is not None:
+                    return squash(ty.text.decode())
+    return None
 
 
 def _has_product(node) -> bool:

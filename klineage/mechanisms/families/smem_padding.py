@@ -84,6 +84,108 @@ def _flat_padded(k: Kernel):
     return out
 
 
+_PLUS = re.compile(r"\(?\s*([A-Za-z_]\w*|\d+)\s*\+\s*([A-Za-z_]\w*|\d+)[uUlL]*\s*\)?")
+
+
+def _named_padded(k: Kernel):
+    """Padding through a named constant: a row pitch spelled as a name whose definition pads a width
+    (`constexpr int TILE_PITCH = TILE_DIM + 1; __shared__ float t[TILE_DIM][TILE_PITCH];`,
+    `#define LDS_A (BM + 4)` in `As[BK * LDS_A]`), or a name (or literal) worth a power of two of at
+    least 16 plus 1, 2, 4 or 8 where another extent of the tile is that power of two (`#define
+    SMEM_STRIDE 33` in `[32][SMEM_STRIDE]`, `[32][33]`). A halo (every extent widened) is not padding.
+    Seen, not rewritten: the pitch lives in a definition other code may share."""
+    from klineage.mechanisms.codescan import scan
+    s = scan(k)
+    out = []
+    cands = [(fn, name, decl, extents, extents[-1], extents[:-1]) for fn, name, decl, extents in _arrays(k)]
+    for fn, name, decl, extents in _arrays(k, rank=1):
+        e = strip_parens(extents[0])
+        if e.type == "binary_expression" and e.child_by_field_name("operator").type == "*":
+            x, y = e.child_by_field_name("left"), e.child_by_field_name("right")
+            cands += [(fn, name, decl, extents, y, [x]), (fn, name, decl, extents, x, [y])]
+        cands.append((fn, name, decl, extents, extents[0], []))
+    for fn, name, decl, extents, pitch, rows in cands:
+        ptext = k.tree.text_of(strip_parens(pitch))
+        if any("+" in k.tree.text_of(r) for r in rows):
+            continue
+        scope = next((f for f in s.fns if f.node.start_byte <= decl.start_byte < f.node.end_byte), None)
+        row_texts = [k.tree.text_of(strip_parens(r)) for r in rows]
+        if ptext in row_texts or any(re.fullmatch(r"[A-Za-z_]\w*", t) and _definition_pad(s, scope, t)
+                                     for t in row_texts):
+            continue  # every extent widened alike: a halo
+        pad = _definition_pad(s, scope, ptext) if re.fullmatch(r"[A-Za-z_]\w*", ptext) else None
+        if pad is None and len(rows) == len(extents) - 1 and len(extents) >= 2:
+            pad = _value_pad(s, scope, ptext, [k.tree.text_of(r) for r in rows])
+        if pad is None and len(extents) == 1 and pitch is extents[0]:
+            pad = _nested_pitch(s, scope, ptext)
+        if pad is not None:
+            out.append((f"{fn}:pad:{name}", (decl, extents, ptext, pad)))
+    return list(dict(out).items())
+
+
+_PRODUCT = re.compile(r"\b([A-Za-z_]\w*|\d+)\s*\*\s*([A-Za-z_]\w*|\d+)\b")
+
+
+def _nested_pitch(s, fn, text: str, depth: int = 0) -> str | None:
+    """A flat extent built from named constants (`[2 * STAGE]`, STAGE = A_SIZE + ..., A_SIZE = BK *
+    A_PITCH, A_PITCH = BM + 4) holding a product of a row count and a padded pitch."""
+    for m in _PRODUCT.finditer(text):
+        for a, b in ((m.group(1), m.group(2)), (m.group(2), m.group(1))):
+            pad = _definition_pad(s, fn, b) if not b.isdigit() else None
+            if pad is not None and (a.isdigit() or _definition_pad(s, fn, a) is None):
+                return pad
+    if depth < 4:
+        for name in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", text)):
+            for d in _definitions_of(s, fn, name):
+                pad = _nested_pitch(s, fn, d, depth + 1)
+                if pad is not None:
+                    return pad
+    return None
+
+
+def _definition_pad(s, fn, name: str) -> str | None:
+    """The padding of `name`'s definition, `X + c` with c a positive literal or a pad-like name."""
+    for text in _definitions_of(s, fn, name):
+        m = _PLUS.fullmatch(text.strip())
+        if m and (m.group(2).isdigit() and int(m.group(2)) > 0 or _PAD_NAME.search(m.group(2))):
+            return m.group(2)
+    return None
+
+
+def _value_pad(s, fn, pitch: str, rows: list[str]) -> str | None:
+    """c when `pitch` is worth 2^n + c (2^n >= 16, c in 1, 2, 4, 8) and a row extent is worth 2^n."""
+    v = s.value(pitch, fn)
+    others = {s.value(r, fn) for r in rows}
+    if v is None or None in others:
+        return None
+    for c in (1, 2, 4, 8):
+        base = v - c
+        if base >= 16 and base & (base - 1) == 0 and base in others and v not in others:
+            return str(c)
+    return None
+
+
+def _definitions_of(s, fn, name: str) -> list[str]:
+    """Definition texts of a constant: a macro, or a const / constexpr declaration in the function or
+    at file scope."""
+    out = [s.macros[name]] if name in s.macros else []
+    scopes = ([fn.node] if fn is not None else []) + [s.tree.root]
+    for scope in scopes:
+        for n in walk(scope):
+            if n.type != "init_declarator":
+                continue
+            d, v = n.child_by_field_name("declarator"), n.child_by_field_name("value")
+            decl = n.parent
+            if d is None or v is None or d.text.decode() != name or decl is None:
+                continue
+            quals = {c.text.decode() for c in decl.children if c.type == "type_qualifier"}
+            if quals & {"const", "constexpr"}:
+                out.append(v.text.decode())
+        if out:
+            break
+    return out
+
+
 def _only_full_subscripts(k: Kernel, fn_node, name: str, rank: int) -> bool:
     """Every use of the array indexes all of its dimensions (no row pointer, no linear view)."""
     scope = fn_node if fn_node is not None else k.tree.root
@@ -126,10 +228,15 @@ class SmemPadding(Mechanism):
                 for locus, (fn, name, decl, extents, bin_, c) in _padded(k)]
 
     def detect_more(self, k: Kernel) -> list[Feature]:
-        return [Feature(self.NAME, locus, k.lines(decl), anchor="shared tile",
+        flat = [Feature(self.NAME, locus, k.lines(decl), anchor="shared tile",
                         detail=detail(pad=k.tree.text_of(c), extent=k.tree.text_of(extents[0]), rank=1),
                         removable=False, path=node_path(k.tree, decl))
                 for locus, (fn, name, decl, extents, bin_, c) in _flat_padded(k)]
+        seen = {f.locus for f in flat} | {locus for locus, _ in _padded(k)}
+        return flat + [Feature(self.NAME, locus, k.lines(decl), anchor="shared tile",
+                               detail=detail(pitch=pitch, pad=pad, rank=len(extents)), removable=False,
+                               path=node_path(k.tree, decl))
+                       for locus, (decl, extents, pitch, pad) in _named_padded(k) if locus not in seen]
 
     def deoptimize(self, k: Kernel, feature: Feature):
         hit = dict(_padded(k)).get(feature.locus)

@@ -36,6 +36,52 @@ def _pragmas(k: Kernel):
     return number_loci(items)
 
 
+def _template_chains(k: Kernel) -> list[Feature]:
+    """A loop written out as steps guarded by a compile-time size: three or more `if` (or `if
+    constexpr`) in one device function testing one template parameter (or compile-time constant)
+    against different literals (`if (blockSize >= 512) {...} if (blockSize >= 256) {...}`), the
+    tree reduction of the vendor samples unrolled completely. Seen, not rewritten: the steps are the
+    author's code, there is no pragma to switch off."""
+    from klineage.mechanisms.codescan import scan
+    s = scan(k)
+    out = []
+    for fn in s.fns:
+        quals = fn.node.text.decode().split("(")[0]
+        if "__device__" not in quals and "__global__" not in quals:
+            continue
+        decl = fn.node.parent
+        names = set(s.template_values(fn)) | set(_template_param_names(decl)) | set(s.consts)
+        steps: dict[str, dict[int, int]] = {}
+        for n in walk(fn.node):
+            if n.type != "if_statement" or not k.live(n):
+                continue
+            cond = n.child_by_field_name("condition")
+            text = cond.text.decode() if cond is not None else ""
+            for m in re.finditer(r"\b([A-Za-z_]\w*)\s*>=?\s*(\d+)\b|\b(\d+)\s*<=?\s*([A-Za-z_]\w*)\b", text):
+                name, value = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+                if name in names:
+                    steps.setdefault(name, {}).setdefault(int(value), n.start_point.row + 1)
+        for name, by_value in steps.items():
+            if len(by_value) >= 3:
+                lines = sorted(by_value.values())
+                out.append(Feature(Unroll.NAME, f"{fn.name}:chain:{name}", (lines[0], lines[-1]), anchor="loop",
+                                   detail=detail(count=len(by_value), form="template chain", on=name),
+                                   removable=False, path=f"{fn.name} > steps on {name}"))
+    return out
+
+
+def _template_param_names(decl) -> list[str]:
+    if decl is None or decl.type != "template_declaration":
+        return []
+    params = decl.child_by_field_name("parameters")
+    out = []
+    for p in params.named_children if params is not None else []:
+        d = p.child_by_field_name("declarator") or p.child_by_field_name("name")
+        if d is not None and p.type in ("parameter_declaration", "optional_parameter_declaration"):
+            out.append(d.text.decode())
+    return out
+
+
 class Unroll(Mechanism):
     NAME = "unroll"
     DESCRIPTION = "#pragma unroll on a loop (independent iterations issued back to back)"
@@ -45,7 +91,7 @@ class Unroll(Mechanism):
     }
 
     def detect_more(self, k: Kernel) -> list[Feature]:
-        return self._macros(k)
+        return self._macros(k) + _template_chains(k)
 
     def detect(self, k: Kernel) -> list[Feature]:
         out = []

@@ -176,6 +176,8 @@ def _stages(k: Kernel) -> list[tuple[str, _Stage]]:
                 continue
             if re.search(rf"\b{re.escape(var)}\b", base) and var != _TID:
                 continue
+        if arrays[0].child_by_field_name("size") is None:
+            continue  # `extern __shared__ T s[]`, sized at launch: the rewrite needs a declared extent
         sync = None
         sib = copy_stmt.next_named_sibling
         while sib is not None:
