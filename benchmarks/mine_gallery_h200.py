@@ -3,11 +3,11 @@
     python benchmarks/mine_gallery_h200.py --out DIR [--config pipelines/mine_gallery.toml]
                                            [--time-limit S] [--check-kernels] [--dry-plan]
 
-The live run (one device call, about 5 minutes on an H200): a fresh build cache, every kernel the
-walks can visit built in parallel first (one nvcc per core), then `mine` over the configuration
-(pipelines/mine_gallery.toml: the layernorm_cg and reduce_blocks ladders by the versions proposer,
-the softmax_online expert by the rules, stress probes and static preconditions after the walks) into
-a fresh database. It writes, CARD being the card it runs on (h100, h200: benchmarks/record_names.py),
+The live run (one device call, a few minutes on an H100 or H200): a fresh build cache, every kernel
+the walks can visit built in parallel first (one nvcc per core), then `mine` over the configuration
+(pipelines/mine_gallery.toml: every style-gallery ladder by the versions proposer, the
+softmax_online expert by the rules, stress probes and static preconditions after the walks) into a
+fresh database. It writes, CARD being the card it runs on (h100, h200: benchmarks/record_names.py),
 
     DIR/mine_gallery_CARD.json           summary: lineages, evaluations, phases, the GPU environment
     DIR/mine_gallery_CARD.jsonl.gz       every evaluation (what a replay reads)
@@ -18,18 +18,22 @@ At `--time-limit` seconds (or on SIGTERM) it stops, exports what it measured and
 call with `--seed DIR_OF_THE_FIRST/mine_gallery_CARD.jsonl.gz` continues from those records (its
 export holds them too). Back on this machine, commit DIR as benchmarks/results/mine_gallery_CARD/
 (removing the record of another card it replaces): tests/test_mine_gallery_record.py then replays
-the configuration from those records and compares lineages and skills with the dump.
+the configuration from those records and compares lineages and skills with the dump, and
+benchmarks/gallery_walk_labels.py scores the ladders' walks from them (its record,
+benchmarks/results/gallery_walk_labels.json, is replayed by tests/test_gallery_walk_labels.py).
 
-`--check-kernels` first runs every kernel file of the gallery (naive, versions, expert) through a
-correctness-only gate on every benchmark and probe shape and writes DIR/mine_gallery_CARD_check.json.
+`--check-kernels` then runs every kernel file of the gallery's ladders (naive, versions, expert)
+through a correctness-only gate on every benchmark and probe shape and writes
+DIR/mine_gallery_CARD_check.json after each (a ladder walked by two proposers is checked once); a
+time limit reached there keeps the mining record whole and marks the check as cut short.
 `--dry-plan` (any machine, no GPU, no nvcc) prints what the live run will do: its targets, the steps
 an all-accepting walk of each takes (the walk's proposals, audited, with the gate scripted to pass)
 and the kernels the prebuild compiles; it writes DIR/mine_gallery_plan.json.
 
 On the device, with .whlx carried (benchmarks/device_site.sh x):
     python3 -c "import tarfile; tarfile.open('.whlx/site.tar.xz').extractall('/tmp')"
-    PYTHONPATH=/tmp/site:$PWD python3 benchmarks/mine_gallery_h200.py --out $OUT/g --time-limit 540 \
-        > $OUT/g/mine_gallery.log 2>&1
+    mkdir -p $OUT/g && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/mine_gallery_h200.py --out $OUT/g \
+        --check-kernels --time-limit 420 > $OUT/g/mine_gallery.log 2>&1
 """
 from __future__ import annotations
 
@@ -89,26 +93,32 @@ def plan(config: Path) -> dict:
     return out
 
 
+def ladder_files(run) -> list[tuple[Path, Path]]:
+    """(ladder folder, kernel file) for every kernel file of the configuration's ladders (naive,
+    versions, expert), each ladder once."""
+    return [(d, f) for d in dict.fromkeys(t.workload_dir for t in run.targets)
+            for f in (d / "naive.cu", *sorted((d / "versions").glob("*.cu")), d / "expert.cu")]
+
+
 def check_kernels(run, out: Path, stem: str) -> dict:
-    """Every kernel file of the configuration's workloads through a correctness-only gate."""
+    """Every kernel file of the configuration's ladders through a correctness-only gate."""
     from klineage.gate.gate import Gate, GateConfig
     from klineage.workload import load_workload
     gate = Gate(None, GateConfig(timing={}))
-    rows = []
+    rows: list[dict] = []
+    result: dict = {"kernels": rows, "passed": 0, "total": 0, "files": len(ladder_files(run))}
     try:
-        for tgt in run.targets:
-            wl = load_workload(tgt.workload_dir)
-            files = [tgt.workload_dir / "naive.cu", *sorted((tgt.workload_dir / "versions").glob("*.cu")),
-                     tgt.workload_dir / "expert.cu"]
-            for f in files:
-                res = gate.evaluate(f.read_text(), wl, origin=str(f.relative_to(ROOT)))
-                rows.append({"workload": wl.name, "kernel": f.name, "status": res.status.value,
-                             "shapes": len(res.correctness), "error": res.error_message})
-                print(f"check {wl.name}/{f.name}: {res.status.value} {res.error_message or ''}", flush=True)
+        for d, f in ladder_files(run):
+            wl = load_workload(d)
+            res = gate.evaluate(f.read_text(), wl, origin=str(f.relative_to(ROOT)))
+            rows.append({"workload": wl.name, "kernel": f.name, "status": res.status.value,
+                         "shapes": len(res.correctness), "error": res.error_message})
+            print(f"check {wl.name}/{f.name}: {res.status.value} {res.error_message or ''}", flush=True)
+            result = {"kernels": rows, "passed": sum(r["status"] == "PASSED" for r in rows), "total": len(rows),
+                      "files": len(ladder_files(run))}
+            (out / f"{stem}_check.json").write_text(json.dumps(result, indent=1))
     finally:
         gate.close()
-    result = {"kernels": rows, "passed": sum(r["status"] == "PASSED" for r in rows), "total": len(rows)}
-    (out / f"{stem}_check.json").write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -161,11 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         result["seeded"] = import_paths(store, ns.seed)
     gate = None
     rc = 0
+    mined = False
     try:
-        if ns.check_kernels:
-            result["check"] = check_kernels(run, ns.out, stem)
         t0 = time.perf_counter()
-        built = compile_many(list(walk_sources(run, gallery_names(run))))
+        sources = walk_sources(run, gallery_names(run))
+        if ns.check_kernels:
+            sources.update(dict.fromkeys(f.read_text() for _, f in ladder_files(run)))
+        built = compile_many(list(sources))
         result["prebuild"] = {"kernels": len(built), "ok": sum(r.ok for r in built),
                               "wall_s": time.perf_counter() - t0, "jobs": os.cpu_count()}
         print(f"prebuild: {result['prebuild']}", flush=True)
@@ -180,10 +192,16 @@ def main(argv: list[str] | None = None) -> int:
               f"wall {summary['phases']['wall_s']:.1f} s", flush=True)
         with gzip.open(ns.out / f"{stem}_dump.json.gz", "wt", compresslevel=9) as fh:
             fh.write(json.dumps(store.canonical_dump(), indent=1, sort_keys=True, default=str))
+        mined = True
+        if ns.check_kernels:  # after the mining: a time limit reached here keeps the mining whole
+            result["check"] = check_kernels(run, ns.out, stem)
     except KeyboardInterrupt:
         print("stopped at the time limit: exporting what was measured", flush=True)
-        result["interrupted"] = True
-        rc = 3
+        if mined:
+            result["check_interrupted"] = True
+        else:
+            result["interrupted"] = True
+            rc = 3
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         if gate is not None:

@@ -163,13 +163,17 @@ def _loop_counts(k: Kernel, named: set[str]) -> list[Feature]:
         if not counted or _two_d_tile(fn.node, [lp for lp in s.loops(fn) if lp.var]) or _register_tiles(s, fn):
             continue  # a 2-D tile of results per thread is register tiling
         defs = _definitions(fn.node)
-        threaded = _thread_names(defs)
+        loop_vars = {lp.var for lp in s.loops(fn) if lp.var}
+        threaded = _thread_names({n: r for n, r in defs.items() if n not in loop_vars})
+        decl = fn.node.parent
+        fixed = set(s.consts) | set(s.template_values(fn)) | set(
+            _template_params(decl) if decl is not None and decl.type == "template_declaration" else [])
         pointers = _pointer_names(fn.node)
         found: dict[str, list] = {}
         for lp, count in counted:
             if count in named:
                 continue
-            if any(_scaled_sum(n, lp.var, count, defs, threaded) and _reaches_pointer(n, lp, pointers)
+            if any(_scaled_sum(n, lp.var, count, defs, threaded, fixed) and _reaches_pointer(n, lp, pointers)
                    for n in walk(lp.body) if n.type == "binary_expression"
                    and n.child_by_field_name("operator").type == "+"):
                 found.setdefault(count, []).append(lp)
@@ -267,24 +271,27 @@ def _thread_names(defs: dict[str, list[Node]]) -> set[str]:
     return out
 
 
-def _threaded(node: Node, threaded: set[str]) -> bool:
-    return bool(_THREAD.search(node.text.decode())) or any(
-        x.type == "identifier" and x.text.decode() in threaded for x in walk(node))
+def _thread_only(node: Node, threaded: set[str], fixed: set[str]) -> bool:
+    """`node` is a thread's index: it reads threadIdx / blockIdx / blockDim or a variable computed from
+    them, and otherwise only compile-time names and literals (no size, no loop index)."""
+    ids = [x.text.decode() for x in walk(node) if x.type == "identifier"]
+    return bool(_THREAD.search(node.text.decode()) or set(ids) & threaded) and all(
+        i in threaded or i in fixed or _THREAD.fullmatch(i) for i in ids)
 
 
-def _scaled(node: Node, count: str, defs, threaded, depth: int = 0) -> bool:
+def _scaled(node: Node, count: str, defs, threaded, fixed, depth: int = 0) -> bool:
     """`node` holds, itself or through the definitions of the names it reads, a product of `count`
     and a thread index."""
     for n in walk(node):
         if n.type == "binary_expression" and n.child_by_field_name("operator").type == "*":
             x, y = n.child_by_field_name("left"), n.child_by_field_name("right")
             for a, b in ((x, y), (y, x)):
-                if _bare(a) == count and _threaded(b, threaded):
+                if _bare(a) == count and _thread_only(b, threaded, fixed):
                     return True
     if depth < 3:
         for x in walk(node):
             if x.type == "identifier" and x.text.decode() in defs:
-                if any(_scaled(r, count, defs, threaded, depth + 1) for r in defs[x.text.decode()]):
+                if any(_scaled(r, count, defs, threaded, fixed, depth + 1) for r in defs[x.text.decode()]):
                     return True
     return False
 
@@ -296,14 +303,30 @@ def _bare(node: Node) -> str:
     return t
 
 
-def _scaled_sum(plus: Node, var: str, count: str, defs, threaded) -> bool:
-    """`a + b`: one side reads the loop index, the other a thread index scaled by the trip count."""
+def _scaled_sum(plus: Node, var: str, count: str, defs, threaded, fixed) -> bool:
+    """`a + b`: one side is the loop index (or the index times a stride), the other a thread index
+    scaled by the trip count."""
     x, y = plus.child_by_field_name("left"), plus.child_by_field_name("right")
     for a, b in ((x, y), (y, x)):
-        ids = {n.text.decode() for n in walk(a) if n.type == "identifier"}
-        if var in ids and var not in {n.text.decode() for n in walk(b) if n.type == "identifier"} \
-                and _scaled(b, count, defs, threaded):
+        if _linear(a, var) and var not in {n.text.decode() for n in walk(b) if n.type == "identifier"} \
+                and _scaled(b, count, defs, threaded, fixed):
             return True
+    return False
+
+
+def _linear(node: Node, var: str) -> bool:
+    """`j` or `j * stride` (`stride * j`), not `(j & 1)` or `j / 2`."""
+    n = node
+    while n.type == "parenthesized_expression" and n.named_children:
+        n = n.named_children[0]
+    if n.type == "identifier":
+        return n.text.decode() == var
+    if n.type == "binary_expression" and n.child_by_field_name("operator").type == "*":
+        x, y = n.child_by_field_name("left"), n.child_by_field_name("right")
+        for a, b in ((x, y), (y, x)):
+            if a.type == "identifier" and a.text.decode() == var and \
+                    var not in {i.text.decode() for i in walk(b) if i.type == "identifier"}:
+                return True
     return False
 
 
