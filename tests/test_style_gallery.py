@@ -51,8 +51,8 @@ def test_the_gallery_covers_the_habits_it_claims():
     rows, lrows, gemm, rsum = (GALLERY / n for n in ("softmax_rows", "layernorm_rows", "sgemm_worklog", "rowsum_blocks"))
     assert '[from]' in (rows / "versions" / "ladder.toml").read_text()
     assert '["vector_access", "fast_math"]' in (rows / "versions" / "ladder.toml").read_text()
-    assert "mechanism=unroll" in (lrows / "versions" / "ln_unroll.cu").read_text()
-    assert (lrows / "versions" / "ln_ldg.cu").read_text().count("__ldg(xr + c)") == 3
+    assert "mechanism=unroll" in (lrows / "versions" / "ex6_unroll.cu").read_text()
+    assert (lrows / "versions" / "ex3_ldg.cu").read_text().count("__ldg(xr + c)") == 3
     assert "maxval_prev" in (rows / "versions" / "softmax_forward5.cu").read_text()
     assert "reduce_md_op" in (rows / "versions" / "softmax_forward5.cu").read_text()
     assert "if (blockSize >= 512)" in (rsum / "versions" / "row_sum2.cu").read_text()
