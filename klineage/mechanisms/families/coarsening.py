@@ -561,8 +561,8 @@ class Coarsening(Mechanism):
 
     def detect_more(self, k: Kernel) -> list[Feature]:
         named = self.detect(k)
-        return (_template_counts(k, {f.locus for f in named}) + _grid_stride_loops(k)
-                + _loop_counts(k, {dict(f.detail).get("name", f.locus.rpartition(":")[2]) for f in named}))
+        counts = _template_counts(k, {f.locus for f in named})
+        return counts + _grid_stride_loops(k) + _loop_counts(k, {f.locus.rpartition(":")[2] for f in named + counts})
 
     def deoptimize(self, k: Kernel, feature: Feature):
         hit = dict(_constants(k)).get(feature.locus)
