@@ -20,26 +20,37 @@ class OnlineSoftmax(_Structural):
     ANCHOR = "running max / sum"
 
     def evidence(self, s, fn):
+        # the narrow reading first (what it finds keeps its evidence lines), then the wider one, then
+        # a merge operator on (max, sum) pairs
+        return self._running(s, fn, wide=False) or self._running(s, fn, wide=True) or _pair_merge(s, fn)
+
+    def _running(self, s, fn, wide: bool):
+        """A running maximum with a rescaled running sum. `wide`: the pairs (a running maximum and a
+        value copied to or from it) are found to a fixpoint, so `old = m;` may come before the branch
+        that raises m, and `m = fmaxf(m, v)` pairs m with v."""
         live = [(l, op, r, st) for l, op, r, st in assignments(fn.node) if s.live(st.start_point.row + 1)]
         assigns = [(l, op, r) for l, op, r, st in live]
         maxed = {base_name(l) for l, op, r in assigns if op == "=" and (_is_call(r, _MAX_FNS) or _ternary_max(r))}
         maxed -= {None}
-        pairs = _self_max_pairs(assigns)
-        grown = True
-        while grown:  # to a fixpoint: `old = m;` may come before the branch that raises m
+        pairs = _self_max_pairs(assigns) if wide else set()
+        for _ in range(8 if wide else 1):
             grown = False
             for l, op, r, st in live:
                 a, b, rs = base_name(l), base_name(r), strip(r)
                 plain = rs.type in ("identifier", "subscript_expression", "field_expression")
                 if not (op == "=" and a and b and a != b and plain):
                     continue
-                if a not in maxed and b not in maxed and _raised_under(st, l, r):
+                if not (a in maxed or b in maxed):
+                    if not _raised_under(st, l, r):
+                        continue
                     maxed.add(a)  # `if (x > m) { ...; m = x; }`: a running maximum written as a branch
-                if (a in maxed or b in maxed) and frozenset((a, b)) not in pairs:
+                if frozenset((a, b)) not in pairs:
                     pairs.add(frozenset((a, b)))
                     grown = True
+            if not grown:
+                break
         if not pairs:
-            return _pair_merge(s, fn)
+            return None
         in_pair = set().union(*pairs)
         exp_fns = _EXP_FNS | {f.name for f in s.fns if "exp" in f.own and re.search(r"(?i)ex(?:p|2)", f.name)}
         derived: dict[str, set[str]] = {}
@@ -64,7 +75,7 @@ class OnlineSoftmax(_Structural):
                 if args is not None and "-" in args.text.decode() and any(p <= sides(args) for p in pairs):
                     factors.append(n)
         if not factors:
-            return _pair_merge(s, fn)
+            return None
         # names holding a rescale factor (`alpha = exp2f((m_prev - m) * scale)`), not self-updates using one
         fnames = {base_name(l) for l, op, r in assigns if op == "=" and any(_within(f, r) for f in factors)
                   and base_name(l) not in _names(r)} - {None}
@@ -91,7 +102,7 @@ class OnlineSoftmax(_Structural):
                                              or (base_name(a2[1]) == acc and scales(a2[0]))):
                             rescaled.add(acc)
         if not rescaled:
-            return _pair_merge(s, fn)
+            return None
         new = {v for v in in_pair if v in maxed}
         lines = {n.start_point.row + 1 for n in walk(fn.node)
                  if n.type == "identifier" and n.text.decode() in new and s.live(n.start_point.row + 1)}

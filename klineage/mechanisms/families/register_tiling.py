@@ -163,9 +163,7 @@ def _accumulated(s: Scan, fn, depth: int = 0) -> dict[str, tuple[str, set[int]]]
 def _register_tiles(s: Scan, fn) -> dict[str, dict]:
     arrays = _arrays(s, fn)
     out = {}
-    accumulated = _accumulated(s, fn)
-    for name, (how, lines) in _helper_tiles(s, fn, arrays).items():
-        accumulated.setdefault(name, (how, lines))
+    accumulated = _accumulated(s, fn) or _helper_tiles(s, fn, arrays)
     structs = _struct_tiles(s) if any(n not in arrays for n in accumulated) else {}
     for name, (how, lines) in accumulated.items():
         a = arrays.get(name) or next((dict(t, line=min(lines)) for ty, t in structs.items()
