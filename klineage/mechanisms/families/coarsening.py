@@ -149,9 +149,10 @@ def _loop_counts(k: Kernel, named: set[str]) -> list[Feature]:
     thread's index scaled by C, reaches a pointer: columns a block-width apart (`c = base + k *
     blockDim.x` with `base += 4 * blockDim.x`), consecutive elements (`base = tid * 4; i = base + j`),
     rows of a block (`row = blockIdx.x * 4 + r`), a column of results (`C[(threadRow * TM + i) * N]`
-    with `float acc[TM]`). A function holding a 2-D tile of results (two nested counted loops
-    indexing one register array) is register tiling, not this. Seen, not rewritten; one feature per
-    function and count."""
+    with `float acc[TM]`). Not this: a function holding a 2-D tile of results (two nested counted
+    loops indexing one register array: register tiling), a count that sizes a shared array (the
+    block's tile, which its threads share), or a count above 16 (a row or tile held in registers).
+    Seen, not rewritten; one feature per function and count."""
     from klineage.mechanisms.codescan import scan
     from klineage.mechanisms.families.register_tiling import _register_tiles
     s = scan(k)
@@ -159,7 +160,9 @@ def _loop_counts(k: Kernel, named: set[str]) -> list[Feature]:
     for fn in s.fns:
         if not _device(fn.node):
             continue
-        counted = [(lp, c) for lp in s.loops(fn) if k.live(lp.node) and (c := _trip_count(s, fn, lp))]
+        shared = _shared_extent_names(fn.node)
+        counted = [(lp, c) for lp in s.loops(fn) if k.live(lp.node) and (c := _trip_count(s, fn, lp))
+                   and c not in shared and (s.value(c, fn) or 0) <= 16]
         if not counted or _two_d_tile(fn.node, [lp for lp in s.loops(fn) if lp.var]) or _register_tiles(s, fn):
             continue  # a 2-D tile of results per thread is register tiling
         defs = _definitions(fn.node)
@@ -183,6 +186,17 @@ def _loop_counts(k: Kernel, named: set[str]) -> list[Feature]:
             out.append(Feature(Coarsening.NAME, f"{fn.name}:loop:{count}", (a, b), anchor="per-thread count",
                                detail=detail(form="loop", count=count, loops=len(loops)), removable=False,
                                path=f"{fn.name} > loop of {count} items per thread"))
+    return out
+
+
+def _shared_extent_names(fn_node: Node) -> set[str]:
+    """Names (and literals) in the extents of the function's __shared__ arrays."""
+    out = set()
+    for d in walk(fn_node):
+        if d.type == "declaration" and "__shared__" in d.text.decode():
+            for n in walk(d):
+                if n.type == "array_declarator" and n.child_by_field_name("size") is not None:
+                    out |= set(re.findall(r"[A-Za-z_]\w*|\d+", n.child_by_field_name("size").text.decode()))
     return out
 
 
