@@ -1,8 +1,7 @@
 """How far the versions walk gets on the style-gallery ladders, and whether the steps it accepts carry
 their true labels: replayed on the CPU from the GPU mining record of the gallery.
 
-    python benchmarks/gallery_walk_labels.py [--records benchmarks/results/mine_gallery_h200]
-                                             [--out benchmarks/results/gallery_walk_labels.json] [--check]
+    python benchmarks/gallery_walk_labels.py [--records benchmarks/results/mine_gallery_CARD] [--write] [--check]
 
 Every ladder of style_gallery/ladders has a truth.toml beside it: what each rung truly adds over
 the rung it was written from (and drops, if anything). Nothing in klineage reads it. The script walks
@@ -16,7 +15,8 @@ segment); the segment's truth is what the richer rung holds and the simpler one 
 truth.toml. A step carries its true label when its mechanisms are among the segment's truth, the
 segment's steps together name all of it, and the simpler rung holds nothing the richer lacks.
 Targets (issue 39): the walk reaches >= 80% of all rungs; >= 95% of accepted steps carry the true
-label. --check exits 1 unless both hold.
+label. --check exits 1 unless both hold. --write records the result beside the mining record's card:
+benchmarks/results/gallery_walk_labels_CARD.json (and .txt).
 
 Beside the walk, the record holds what needs no gate: for every rung and the rung it was written
 from, the mechanisms the united evidence (source detectors and compiler, klineage.mechanisms.evidence)
@@ -35,11 +35,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from record_names import card_of, find  # noqa: E402
+
 GALLERY = ROOT / "style_gallery" / "ladders"
 CONFIG = ROOT / "pipelines" / "mine_gallery.toml"
-RECORDS = ROOT / "benchmarks" / "results" / "mine_gallery_h200"
-RECORD = ROOT / "benchmarks" / "results" / "gallery_walk_labels.json"
+RESULTS = ROOT / "benchmarks" / "results"
+MINED = "mine_gallery_{card}"          # the GPU mining record it replays (a folder)
+STEM = "gallery_walk_labels_{card}"    # its own record, named by the same card
 MIN_REACHED, MIN_TRUE = 0.80, 0.95
+
+
+def mining_record() -> Path:
+    """The one GPU mining record of the gallery in benchmarks/results; SystemExit naming the fix."""
+    hits = find(RESULTS, MINED)
+    if len(hits) != 1:
+        raise SystemExit(f"expected one {MINED.format(card='<card>')} folder in {RESULTS}, found "
+                         f"{[p.name for p in hits]}: mine the gallery on the GPU (benchmarks/mine_gallery_h200.py)")
+    return hits[0]
 
 
 class Truth:
@@ -135,7 +148,7 @@ def evidence_pairs(prop, truth: Truth) -> list[dict]:
     return out
 
 
-def run(records: Path = RECORDS, config: Path = CONFIG) -> dict:
+def run(records: Path | None = None, config: Path = CONFIG) -> dict:
     from klineage.gate.gate import Gate
     from klineage.lineage.mine import load_config
     from klineage.lineage.proposers import make_proposer
@@ -144,10 +157,11 @@ def run(records: Path = RECORDS, config: Path = CONFIG) -> dict:
     from klineage.store.recorded import import_paths, load_front_end
     from klineage.workload import load_workload
 
+    records = records or mining_record()
     run_cfg, _ = load_config(config)
     out: dict = {"records": str(records.relative_to(ROOT)) if records.is_relative_to(ROOT) else str(records),
                  "config": str(config.relative_to(ROOT)), "ladders": {}}
-    env = records / "mine_gallery_h200.json"
+    env = records / f"{records.name}.json"
     if env.is_file():
         out["recorded_on"] = (json.loads(env.read_text()).get("env") or {}).get("gpu")
     with tempfile.TemporaryDirectory(prefix="gallery-labels-") as tmp:
@@ -232,15 +246,19 @@ def _pct(x) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=Path, default=RECORDS, help="the GPU mining record of the gallery")
-    ap.add_argument("--out", type=Path, default=None, help=f"write the record here (e.g. {RECORD.relative_to(ROOT)})")
+    ap.add_argument("--records", type=Path, default=None, help="the GPU mining record of the gallery (default: the "
+                    "one benchmarks/results/mine_gallery_<card>/)")
+    ap.add_argument("--write", action="store_true", help="record the result as benchmarks/results/"
+                    "gallery_walk_labels_<card>.json and .txt, the card the mining record names")
     ap.add_argument("--check", action="store_true", help="exit 1 unless both targets hold")
     args = ap.parse_args(argv)
-    rec = run(args.records.resolve())
+    records = (args.records or mining_record()).resolve()
+    rec = run(records)
     print(table(rec))
-    if args.out:
-        args.out.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
-        args.out.with_suffix(".txt").write_text(table(rec) + "\n")
+    if args.write:
+        out = RESULTS / f"{STEM.format(card=card_of(records, MINED))}.json"
+        out.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+        out.with_suffix(".txt").write_text(table(rec) + "\n")
     bad = failures(rec)
     for b in bad:
         print("BELOW TARGET:", b)

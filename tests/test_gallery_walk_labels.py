@@ -1,8 +1,9 @@
 """The versions walk of the style-gallery ladders scored against their truth (benchmarks/
 gallery_walk_labels.py): the recorded figures (benchmarks/results/gallery_walk_labels.json) are what
 a fresh replay of the GPU mining record gives here, and they meet issue 39's targets (rungs reached
->= 80%, accepted steps with their true label >= 95%). The test fails while the record is missing or
-does not score every ladder (the GPU has not mined them yet). The scoring itself is checked on a
+>= 80%, accepted steps with their true label >= 95%). Both records are named by the card that mined
+(benchmarks/results/gallery_walk_labels_<card>.json, mine_gallery_<card>/). The test fails while the
+record is missing or does not score every ladder (the GPU has not mined them yet). The scoring itself is checked on a
 ladder walked with a scripted gate (a test device, not a record)."""
 import importlib.util
 import json
@@ -57,19 +58,19 @@ def test_the_scoring_of_a_walk(monkeypatch):
     assert not bench.score_lineage(lin, prop, truth)["steps"][0]["true_label"]
 
 
-@pytest.fixture(scope="module")
-def recorded():
-    if not bench.RECORD.is_file():
-        pytest.fail(f"{bench.RECORD.relative_to(ROOT)} is missing: mine the gallery on the GPU "
-                    "(benchmarks/mine_gallery_h200.py), commit its records, then run benchmarks/gallery_walk_labels.py "
-                    "--out benchmarks/results/gallery_walk_labels.json")
-    return json.loads(bench.RECORD.read_text())
+HOW = ("mine the gallery on the GPU (benchmarks/mine_gallery_h200.py), commit its records as "
+       "benchmarks/results/mine_gallery_<card>/, then run benchmarks/gallery_walk_labels.py --write")
 
 
 @pytest.mark.nvcc
-def test_the_record_is_a_fresh_replay_and_meets_the_targets(recorded):
-    assert recorded["totals"]["unscored_ladders"] == [], "the GPU record lacks evaluations of these ladders"
-    fresh = json.loads(json.dumps(bench.run()))
+def test_the_record_is_a_fresh_replay_and_meets_the_targets():
+    from record_names import card_of, the_record
+    record = the_record(bench.RESULTS, bench.STEM + ".json", HOW)
+    recorded = json.loads(record.read_text())
+    mined = bench.mining_record()
+    assert card_of(record, bench.STEM + ".json") == card_of(mined, bench.MINED), "scored from another card's record"
+    assert recorded["totals"]["unscored_ladders"] == [], f"the GPU record lacks evaluations of these ladders: {HOW}"
+    fresh = json.loads(json.dumps(bench.run(mined)))
     assert fresh["ladders"] == recorded["ladders"]
     assert fresh["totals"] == recorded["totals"]
     assert bench.failures(recorded) == []
