@@ -143,7 +143,9 @@ def open_db(db: DbTarget):
                          f"(cp {path} lib.duckdb) and pass --db lib.duckdb")
     try:
         return open_store(path, read_only=db.mode == "read", create=db.mode in ("create", "rebuild"))
-    except MissingDatabaseError:
+    except MissingDatabaseError as exc:
+        if exc.held_by is not None:
+            raise
         where = "" if db.path else " (the default: $KLINEAGE_DB or ./klineage.duckdb)"
         fix = ("; klineage mine, run, gate and evals import create one" if db.mode == "read"
                else " (a copy of it: this command writes to it)")
