@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from klineage.cli.common import (arch_option, bad_input, clip, counts_text, db_option, echo_preview, json_option,
-                                 library_errors, main, reads_library, make_llm, open_db)
+from klineage.cli.common import (DbTarget, arch_option, bad_input, clip, counts_text, db_option, echo_preview,
+                                 json_option, library_errors, main, reads_library, make_llm, open_db)
 from klineage.errors import ExitCode, read_source
 from klineage.report.text import table
 
@@ -67,21 +67,23 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
     from klineage.gate.gate import GateConfig
     from klineage.workload import load_workload
 
-    wl = load_workload(workload_dir)
-    start = read_source(start_path)
-    mats = tuple(materializers) or ("rules", "sweep")
-    cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
-                      admission=admission == "on", model=model, sweep_axes=sweep_axes,
-                      structural={"mode": "library"} if structural == "library" else None)
-    llm = make_llm(mats, model, base_url, budget_usd, dry_run)
-    gate_config = None if arch is None else GateConfig(arch=arch)
-    if dry_run:
-        with open_db(db_path) as store:
-            plan = apply_plan(store.skills(), wl, start, cfg, llm, arch or DEFAULT_ARCH)
-        click.echo(json.dumps(plan, indent=1, default=str) if as_json else format_apply_plan(plan))
-        return
-    store = open_db(db_path)
+    if dry_run:  # reads the library only
+        db_path = DbTarget(db_path.path, "read")
+    store = open_db(db_path)  # first: a mistyped --db fails before anything is loaded or built
     try:
+        wl = load_workload(workload_dir)
+        start = read_source(start_path)
+        mats = tuple(materializers) or ("rules", "sweep")
+        cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
+                          admission=admission == "on", model=model, sweep_axes=sweep_axes,
+                          structural={"mode": "library"} if structural == "library" else None)
+        llm = make_llm(mats, model, base_url, budget_usd, dry_run)
+        gate_config = None if arch is None else GateConfig(arch=arch)
+        check_start_compiles(start, str(start_path), arch or DEFAULT_ARCH)
+        if dry_run:
+            plan = apply_plan(store.skills(), wl, start, cfg, llm, arch or DEFAULT_ARCH)
+            click.echo(json.dumps(plan, indent=1, default=str) if as_json else format_apply_plan(plan))
+            return
         run = execute_apply(store, wl, start, str(start_path), cfg, llm, replay, gate_config, quiet=quiet or as_json)
     finally:
         store.close()
@@ -92,6 +94,36 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
     else:
         click.echo(format_apply_run(run))
     sys.exit(_apply_exit(run))
+
+
+def check_start_compiles(start: str, path: str, arch: str) -> None:
+    """Exit 1 with nvcc's messages, naming PATH, when the start kernel does not compile for `arch`
+    (its PTX, built on the CPU and cached: the same compile `klineage features` runs); nothing is
+    stored. Without nvcc the gate says so later."""
+    from klineage.gate.compile import compile_ptx, compiler_messages, named
+    built = compile_ptx(start, arch)
+    if built.ok or built.error_kind == "no_nvcc":
+        return
+    said = "\n".join(f"  {named(m, path)}" for m in compiler_messages(built.log)) or f"  {named(built.error_message, path)}"
+    err = click.ClickException(f"the start kernel {path} does not compile for {arch} "
+                               f"({built.error_kind}); nvcc says:\n{said}\nfix it, then run again")
+    err.exit_code = int(ExitCode.FAILED)
+    raise err
+
+
+def start_error(store, run: dict, path: str) -> list[str]:
+    """Why the start kernel failed the gate, in the lines a person reads: the verdict with its reason,
+    and for a build that failed nvcc's messages, naming PATH."""
+    from klineage.gate.compile import compiler_messages, named
+    st = next((s for s in run.get("steps", []) if s["kind"] == "start"), None)
+    if st is None:
+        return []
+    lines = [named(st.get("error") or st["status"], path)]
+    rec = store.get_evaluation(st["eval_key"]) if st.get("eval_key") else None
+    log = (((rec or {}).get("result") or {}).get("compile") or {}).get("log", "")
+    if st["status"] == "COMPILE_ERROR" and log:
+        lines += [f"  {named(m, path)}" for m in compiler_messages(log)]
+    return lines
 
 
 def _apply_exit(run: dict) -> int:
@@ -164,22 +196,30 @@ def format_apply_plan(plan: dict) -> str:
 
 
 class _ApplyProgress:
-    """Apply progress: candidate steps gated of the budget, steps kept, gate verdicts by status."""
+    """Apply progress: candidate steps gated of the budget, steps kept, gate verdicts by status. A step
+    is kept after it is recorded (its re-measurement decides), so the count reads the steps seen so
+    far each time, and once more at the end."""
 
     def __init__(self, quiet: bool, label: str, total: int | None):
         from klineage.progress import Progress
         self.p = Progress(quiet)
         self.counts: dict[str, int] = {}
-        self.kept = 0
+        self.steps: list[dict] = []
         self.p.task("apply", label, total=total)
+
+    @property
+    def kept(self) -> int:
+        return sum(bool(s["accepted"] and s["kind"] == "candidate") for s in self.steps)
 
     def __call__(self, step: dict) -> None:
         self.counts[step["status"]] = self.counts.get(step["status"], 0) + 1
-        self.kept += bool(step["accepted"] and step["kind"] == "candidate")
+        self.steps.append(step)
         self.p.update("apply", advance=1 if step["kind"] == "candidate" else 0, say=step["kind"] != "candidate",
                       note=f"kept {self.kept} · {counts_text(self.counts)}")
 
     def done(self):
+        if self.steps:
+            self.p.update("apply", note=f"kept {self.kept} · {counts_text(self.counts)}")
         self.p.close()
 
 
@@ -196,7 +236,10 @@ def execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, ga
     gate = Gate(store, gate_config)
     progress = _ApplyProgress(quiet, f"apply {wl.name}", cfg.budget_steps)
     try:
-        return apply(store, gate, wl, start, origin, cfg, llm=llm, replay=replay, progress=progress)
+        run = apply(store, gate, wl, start, origin, cfg, llm=llm, replay=replay, progress=progress)
+        if run["stop_reason"] == "start_failed":
+            run["start_error"] = start_error(store, run, origin)
+        return run
     finally:
         progress.done()
         gate.close()
@@ -236,20 +279,33 @@ def apply_show(run_id, db_path, as_json):
 
 
 def format_apply_run(run: dict) -> str:
+    """An apply (or baseline) run as text: the stop and what was kept, why the start failed when it
+    did, the speedups, then one row per step in fixed columns (long values shortened at a word)."""
+    from klineage.report.text import shorten
     summ = run.get("summary") or {}
-    lines = [f"apply run {run['run_id']} on {run['workload']}: stop {run.get('stop_reason')}; "
-             f"kept {summ.get('kept', [])}"]
+    kept = summ.get("kept", [])
+    lines = [f"apply run {run['run_id']} on {run['workload']}: stop {run.get('stop_reason')}; kept {len(kept)}"
+             + (f": {shorten(', '.join(kept), 110)}" if kept else "")]
+    if run.get("start_error"):
+        lines.append("  the start kernel failed the gate: " + shorten(run["start_error"][0], 120))
+        lines += [f"  {l}" for l in run["start_error"][1:]]
     for c in summ.get("speedup_vs_start", []):
         shape = ",".join(f"{k}={v}" for k, v in sorted(c["shape"].items()))
         lines.append(f"  {shape}: {c['start_us']:.1f} us -> {c['best_us']:.1f} us ({c['speedup']:.2f}x)")
+    rows = []
     for st in run.get("steps", []):
-        what = st.get("skill") or (f"sweep {st.get('config')}" if st["backend"] == "sweep" else st["backend"])
+        point = ",".join(f"{k}={v}" for k, v in (st.get("config") or {}).items())
+        what = st.get("skill") or (f"sweep {point}" if st["backend"] == "sweep" else st["backend"])
         mark = "kept" if st["accepted"] and st["kind"] == "candidate" else ""
-        lines.append(f"  [{st['seq']:2d}] {st['backend']:6s} {what:44s} {st['status']:18s} {mark} {st.get('note', '')[:80]}")
-    for e in summ.get("excluded", [])[:12]:
-        lines.append(f"  excluded {e['name']}: {'; '.join(e['reasons'])[:160]}")
+        rows.append([st["seq"], st["backend"], shorten(what, 44), st["status"], mark, shorten(st.get("note") or "", 64)])
+    if rows:
+        lines.append(table(["step", "backend", "skill or sweep point", "verdict", "kept", "note"], rows,
+                           right=("step",)))
+    excluded = summ.get("excluded", [])
+    if excluded:
+        lines.append(f"excluded: {len(excluded)} skills" + (", the first 12:" if len(excluded) > 12 else ":"))
+        lines += [f"  {shorten(e['name'] + ': ' + '; '.join(e['reasons']), 150)}" for e in excluded[:12]]
     return "\n".join(lines)
-
 
 
 @main.group("baseline")

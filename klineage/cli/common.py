@@ -59,12 +59,18 @@ def db_option(fn=None, *, mode: str = "read"):
     return deco(fn) if fn is not None else deco
 
 
-def arch_option(fn):
-    """The shared --arch option: the build target of every gate evaluation."""
+def arch_option(fn=None, *, default: str | None = None, help: str | None = None):
+    """The shared --arch option: a build target nvcc 13 knows (klineage.gate.compile.ARCHS), the same
+    list for every command; `@arch_option` (default: the configuration's, else sm_90a) or
+    `@arch_option(default=..., help=...)`."""
     from klineage.gate.compile import ARCHS
-    return click.option("--arch", type=click.Choice(ARCHS), default=None,
-                        help="Build target of the GPU in hand (default: the configuration's [gate] arch, else "
-                             "sm_90a, Hopper; kernels using wgmma build for sm_90a only).")(fn)
+    text = help or ("Build target of the GPU in hand (default: the configuration's [gate] arch, else sm_90a, Hopper; "
+                    "kernels using wgmma build for sm_90a only).")
+
+    def deco(f):
+        return click.option("--arch", type=click.Choice(ARCHS), default=default, show_default=default is not None,
+                            help=text)(f)
+    return deco(fn) if fn is not None else deco
 
 
 def clip(text: str, n: int) -> str:

@@ -25,17 +25,24 @@ def toolchain(as_json):
 
 @main.command("features")
 @click.argument("kernel", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--arch", default="sm_90a", show_default=True, help="Target the PTX is compiled for.")
+@arch_option(default="sm_90a", help="Target the PTX is compiled for.")
 @click.option("--source-only", is_flag=True, help="Source detectors only: do not compile to PTX.")
 @json_option
 @library_errors
 def features_cmd(kernel, arch, source_only, as_json):
     """List every mechanism in KERNEL with its locus and which evidence found it: the source
-    detectors, the compiler (PTX with line info, compiled here on the CPU), or both."""
+    detectors, the compiler (PTX with line info, compiled here on the CPU), or both. Exits 1, with
+    nvcc's messages, when KERNEL does not compile."""
+    from klineage.gate.compile import named
     from klineage.mechanisms.evidence import features_report
     from klineage.report.text import format_features
     rep = features_report(read_source(kernel), arch, compiler=not source_only)
+    c = rep["compiler"]
+    c["error"] = named(c.get("error"), str(kernel))
+    c["messages"] = [named(m, str(kernel)) for m in c.get("messages", [])]
     click.echo(json.dumps({"kernel": str(kernel), **rep}, indent=1) if as_json else format_features(str(kernel), rep))
+    if c.get("error_kind") in ("nvcc_error", "timeout", "memory_limit"):
+        sys.exit(ExitCode.FAILED)  # the kernel does not compile: its features are the source's alone
 
 
 @main.command("gate")
@@ -99,6 +106,9 @@ def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_p
                 text = format_gate_stop(str(k), row)
             else:
                 row = {"kernel": str(k), **res.to_dict()}
+                if row.get("error_message"):
+                    from klineage.gate.compile import named
+                    row["error_message"] = named(row["error_message"], str(k))
                 codes.add(ExitCode.OK if res.passed else ExitCode.VERDICT)
                 text = format_gate_result(str(k), res)
             rows.append(row)

@@ -475,6 +475,34 @@ def _from_meta(meta: dict, out_dir: Path) -> CompileResult:
     return res
 
 
+_KERNEL_FILE_RE = re.compile(r'(?<![\w./-])kernel\.cu(?=[(:"\s]|$)')
+
+
+def named(text: str | None, path: str | None) -> str:
+    """nvcc's words about a build, with the file every build compiles (`kernel.cu`, in a folder of its
+    own) named as the user's `path`: `kernel.cu(27): error` reads `mykernel.cu(27): error`."""
+    text = text or ""
+    return _KERNEL_FILE_RE.sub(str(path), text) if path else text
+
+
+def compiler_messages(log: str, limit: int = 12) -> list[str]:
+    """The lines of a failed build's log worth showing: each error and warning with the source line and
+    caret nvcc prints under it, at most `limit`, then how many more."""
+    lines = [l.rstrip() for l in (log or "").splitlines()]
+    out, i = [], 0
+    while i < len(lines):
+        l = lines[i]
+        if re.search(r"\b(error|warning)\b", l, re.I) and not l.lower().startswith("ptxas info"):
+            out.append(l)
+            # nvcc's front end prints the offending line and a caret under it
+            if i + 2 < len(lines) and lines[i + 2].strip() == "^":
+                out += [lines[i + 1], lines[i + 2]]
+                i += 2
+        i += 1
+    more = len(out) - limit
+    return out[:limit] + ([f"... {more} more lines"] if more > 0 else [])
+
+
 def _first_error(log: str) -> str | None:
     for line in log.splitlines():
         if "error" in line.lower():

@@ -22,6 +22,15 @@ def table(headers: list[str], rows: list[list], right: tuple[str, ...] = ()) -> 
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines() if line.strip() or False)
 
 
+def shorten(text: str, width: int) -> str:
+    """`text` on one line, at most `width` characters, cut at a word (never inside one) with " ..."."""
+    import textwrap
+    text = " ".join(str(text).split())
+    if len(text) <= width:
+        return text
+    return textwrap.shorten(text, width, placeholder=" ...") if " " in text[:width] else text[:width - 4] + " ..."
+
+
 def _si(x: float, unit: str) -> str:
     for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
         if x >= scale:
@@ -55,9 +64,14 @@ def format_gate_stop(name: str, row: dict) -> str:
 
 
 def format_gate_result(name: str, res) -> str:
+    from klineage.gate.compile import compiler_messages, named
     lines = [f"{name}: {res.status.value} ({res.source})"]
-    if res.error_message:
-        lines.append(f"  reason: {res.error_message}")
+    said = compiler_messages((res.compile or {}).get("log", "")) if res.status.value == "COMPILE_ERROR" else []
+    if said:
+        lines.append("  nvcc says:")
+        lines += [f"    {named(m, name)}" for m in said]
+    elif res.error_message:
+        lines.append(f"  reason: {named(res.error_message, name)}")
     lines += _ptxas_lines(res.compile or {})
     for c in res.correctness:
         seeds = c["seeds"]
@@ -405,7 +419,13 @@ def format_features(path: str, rep: dict) -> str:
     head = f"{path}: {len(rep['features'])} features"
     head += (f" (source {rep['counts']['source']}, compiler {rep['counts']['compiler']}, "
              f"both {rep['counts']['both']})")
-    lines = [head, f"  compiler evidence: {'PTX ' + c.get('arch', '') + ', nvcc ' + c.get('nvcc', '') if c['ok'] else 'none: ' + c['error']}"]
+    lines = [head]
+    if c.get("messages"):
+        lines.append(f"  compiler evidence: none: {path} does not compile for {c.get('arch') or 'its target'}; "
+                     "nvcc says:")
+        lines += [f"    {m}" for m in c["messages"]]
+    else:
+        lines.append(f"  compiler evidence: {'PTX ' + c.get('arch', '') + ', nvcc ' + c.get('nvcc', '') if c['ok'] else 'none: ' + c['error']}")
     for f in rep["features"]:
         a, b = f["lines"]
         where = f"L{a}" if a == b else f"L{a}-{b}"
