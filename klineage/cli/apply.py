@@ -25,8 +25,9 @@ from klineage.report.text import table
 @click.option("--budget-steps", type=int, default=16, show_default=True, help="Gate evaluations of candidates at most.")
 @click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most (llm).")
 @click.option("--budget-s", type=float, default=None, help="Wall-clock seconds at most.")
-@click.option("--admission", type=click.Choice(["on", "off"]), default="on", show_default=True,
-              help="Use only admitted skills (off: every skill, for ablation).")
+@click.option("--admission", type=click.Choice(["first", "on", "off"]), default="first", show_default=True,
+              help="first: every skill that fits, the admitted ones (their roundtrip trials passed) ranked before "
+                   "the rest; on: admitted skills only; off: admission ignored (docs/apply.md).")
 @click.option("--sweep-axes", type=click.Choice(["source", "buildable"]), default="source", show_default=True,
               help="How the sweep counts its grid when it picks its axes: every configuration, or only those "
                    "nvcc's front end accepts (the kernel's static checks; needs nvcc), which the sweep then "
@@ -75,7 +76,7 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
         start = read_source(start_path)
         mats = tuple(materializers) or ("rules", "sweep")
         cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
-                          admission=admission == "on", model=model, sweep_axes=sweep_axes,
+                          admission=admission, model=model, sweep_axes=sweep_axes,
                           structural={"mode": "library"} if structural == "library" else None)
         llm = make_llm(mats, model, base_url, budget_usd, dry_run)
         gate_config = None if arch is None else GateConfig(arch=arch)
@@ -150,17 +151,24 @@ def apply_plan(skills: list[dict], wl, start: str, cfg, llm, arch: str) -> dict:
             "budget_steps": cfg.budget_steps, "arch": arch, "target": got["target"],
             "retrieved": [{"name": c["name"], "skill_id": c["skill_id"], "score": c["terms"]["score"]}
                           for c in got["candidates"]],
-            "excluded": [{"name": e["name"], "reasons": e["reasons"]} for e in got["excluded"]], "first": {}}
+            "excluded": [{"name": e["name"], "reasons": e["reasons"]} for e in got["excluded"]],
+            "admission": got["admission"], "first": {}}
+    for c, row in zip(got["candidates"], plan["retrieved"]):
+        row["admission"] = c["admission"]
     for backend in cfg.materializers:
         if backend == "rules":
-            rules = RulesMaterializer()
+            rules = RulesMaterializer(structural=cfg.structural is not None)
+            passed = []  # the skills ranked above the first candidate, and why the rules pass them by
             for c in got["candidates"]:
                 cands = rules.propose(by_id[c["skill_id"]], start, wl)
                 if cands:
-                    plan["first"]["rules"] = {"skill": c["name"], "note": cands[0].note}
+                    plan["first"]["rules"] = {"skill": c["name"], "note": cands[0].note, "passed_over": passed}
                     break
+                passed.append({"skill": c["name"], "why": rules.why_not(by_id[c["skill_id"]])
+                               + ("" if rules.structural else " (structural rewrites are off: --structural library)")})
             else:
-                plan["first"]["rules"] = {"skill": None, "note": "no retrieved skill has a rewrite that applies"}
+                plan["first"]["rules"] = {"skill": None, "note": "no retrieved skill has a rewrite that applies",
+                                          "passed_over": passed}
         elif backend == "sweep":
             sweep = make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, arch))
             pts = sweep.propose_all(retrieved_skills(skills, got), start, wl)
@@ -177,18 +185,28 @@ def apply_plan(skills: list[dict], wl, start: str, cfg, llm, arch: str) -> dict:
 
 
 def format_apply_plan(plan: dict) -> str:
+    from klineage.report.text import shorten
     lines = [f"dry run on {plan['workload']} ({plan['arch']}): nothing is gated and no GPU touched; the start kernel's "
              f"bottleneck is unknown until it is measured"]
-    lines.append(table(["rank", "retrieved skill", "score"],
-                       [[i + 1, c["name"], f"{c['score']:.2f}"] for i, c in enumerate(plan["retrieved"])],
+    lines.append(table(["rank", "retrieved skill", "score", "admission"],
+                       [[i + 1, c["name"], f"{c['score']:.2f}", c.get("admission", "-")]
+                        for i, c in enumerate(plan["retrieved"])],
                        right=("rank", "score")) if plan["retrieved"] else "no skill retrieved")
-    lines.append(f"excluded: {len(plan['excluded'])} skills (`--json` lists each with its reasons)")
+    adm = plan.get("admission") or {}
+    lines.append(f"excluded: {len(plan['excluded'])} skills, {adm.get('excluded', 0)} of them by admission "
+                 "(`--json` lists each with its reasons)")
+    if adm.get("mode") == "first":
+        lines.append(f"admission first: the admitted skills are ranked first; {adm.get('ranked_after', 0)} not admitted "
+                     "follow them (--admission on would exclude them)")
     for backend, first in plan["first"].items():
         if backend == "sweep":
             pts = "; ".join(",".join(f"{k}={v}" for k, v in p.items()) for p in first["points"]) or "none"
-            lines.append(f"sweep, first round: {pts}")
-        else:
-            lines.append(f"{backend}, first candidate: {first['skill'] or '-'}" + (f" ({first['note']})" if first.get("note") else ""))
+            lines.append(shorten(f"sweep, first round: {pts}", 160))
+            continue
+        lines.append(shorten(f"{backend}, first candidate: {first['skill'] or '-'}"
+                             + (f" ({first['note']})" if first.get("note") else ""), 160))
+        for p in first.get("passed_over", []):
+            lines.append("  " + shorten(f"ranked above it: {p['skill']}: {p['why']}", 156))
     if "prompt" in plan:
         lines.append(f"llm prompt for {plan['first']['llm']['skill']}:\n{plan['prompt']}\n\n-- estimate: "
                      f"{json.dumps(plan['estimate'])}")
