@@ -122,8 +122,10 @@ class _Main(click.Group):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
-            click.echo("interrupted: what was decided before is stored; run the command again to continue",
-                       err=True)
+            from klineage.store.writer import written
+            dbs = written()
+            click.echo(f"interrupted: what was decided before is stored in {', '.join(map(str, dbs))}; run the command "
+                       "again to continue" if dbs else "interrupted: nothing was written", err=True)
             raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from klineage.cli.common import counts_text, db_option, json_option, library_errors, main, open_db
+from klineage.cli.common import DbTarget, counts_text, db_option, json_option, library_errors, main, open_db
 from klineage.errors import ExitCode
 
 
@@ -167,7 +167,7 @@ def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, f
     hp.root = root or hp.root
     hp.out = out_dir or hp.out
     hp.records = list(records) or hp.records
-    store = open_db(db_path)
+    store = open_db(DbTarget(db_path.path, "read") if dry_run else db_path)  # a dry run only reads
     try:
         if dry_run:
             from klineage.heldout import load_instances
@@ -195,19 +195,30 @@ def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, f
 
 
 def _format_plan(p: dict) -> str:
-    lines = [f"conditions {', '.join(p['conditions'])}; budget {p['config']['budget']}; final rounds "
-             f"{p['config']['final_rounds']}; library {p['library']['skills']} skills; llm: {p['llm']}"]
+    """The held-out dry run as text: lines of at most 160 characters, values as `name=value`."""
+    from klineage.report.text import wrapped
+    cfg = p["config"]
+    lines = wrapped(f"conditions {', '.join(p['conditions'])}; budget {cfg['budget']}; final rounds {cfg['final_rounds']}; "
+                    f"library {p['library']['skills']} skills")
+    if p.get("llm"):
+        lines += wrapped(f"llm: {p['llm']}")
     for fam, names in p["library"]["foreign"].items():
-        lines.append(f"  foreign library for {fam}: {len(names)} skills {', '.join(names)[:200]}")
+        lines += wrapped(f"foreign library for {fam}: {len(names)} skills: {', '.join(names)}", "  ")
     for i in p["instances"]:
-        lines.append(f"  {i['family']:<10} {i['instance']:<24} starts {i['starts']} tunables {i['tunables']} "
-                     f"reference {i['reference']}" + (f" (fallback: {i['fallback']})" if i["fallback"] else ""))
+        starts = ", ".join(f"{k} {v}" for k, v in i["starts"].items()) if isinstance(i["starts"], dict) else i["starts"]
+        lines.append(f"  {i['family']:<10} {i['instance']:<24} starts {starts}")
+        if i.get("tunables"):
+            lines += wrapped("tunables " + ", ".join(f"{k}={v}" for k, v in i["tunables"].items()), "      ")
+        lines += wrapped(f"reference {i['reference']}", "      ")
+        if i["fallback"]:
+            lines += wrapped(f"fallback {i['fallback']}", "      ")
         if i.get("sweep_space"):
-            lines.append(f"      sweep axes ({p['config'].get('sweep_axes', 'source')}): " + "; ".join(
-                f"{k} {'/'.join(str(v) for v in vals)}" for k, vals in i["sweep_space"].items()))
+            lines += wrapped(f"sweep axes ({cfg.get('sweep_axes', 'source')}): " + "; ".join(
+                f"{k} {'/'.join(str(v) for v in vals)}" for k, vals in i["sweep_space"].items()), "      ")
         for cond, names in i.get("structural_path", {}).items():
-            lines.append(f"      structural rewrites, {cond} (each on the last, if kept): {', '.join(names) or 'none'}")
+            lines += wrapped(f"structural rewrites, {cond} (each on the last, if kept): {', '.join(names) or 'none'}",
+                             "      ")
         for cond, pts in i.get("first_sweep_round", {}).items():
-            lines.append(f"      first sweep round, {cond} ({', '.join(pts[0]) if pts else 'no points'}): " + "; ".join(
-                ",".join(str(v) for v in p.values()) for p in pts))
+            lines += wrapped(f"first sweep round, {cond} ({', '.join(pts[0]) if pts else 'no points'}): " + "; ".join(
+                ",".join(str(v) for v in pt.values()) for pt in pts), "      ")
     return "\n".join(lines)

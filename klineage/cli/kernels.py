@@ -179,10 +179,13 @@ def workload_show(path, as_json):
 
 def _kernel_targets(folder: Path) -> dict:
     """{kernel file: the sentence naming the targets it needs, or None} for the .cu files of a
-    workload folder (klineage.gate.gate.arch_needs)."""
+    workload folder and of its versions/ ladder (`versions/NAME.cu`, in the ladder's natural order;
+    klineage.gate.gate.arch_needs)."""
     from klineage.gate.gate import arch_needs
+    from klineage.lineage.ladder import natural_key
     folder = folder if folder.is_dir() else folder.parent
-    return {p.name: arch_needs(p.read_text(errors="replace")) for p in sorted(folder.glob("*.cu"))}
+    files = sorted(folder.glob("*.cu")) + sorted((folder / "versions").glob("*.cu"), key=lambda p: natural_key(p.name))
+    return {str(p.relative_to(folder)): arch_needs(p.read_text(errors="replace")) for p in files}
 
 
 @workload_group.command("check")

@@ -104,7 +104,8 @@ def skills_show(ident, db_path, as_json):
     mechanism prefix (wgmma) that only one skill has; an ambiguous IDENT lists the candidates."""
     with open_db(db_path) as store:
         s = _find_skill(store, ident)
-    click.echo(json.dumps(s["card"], indent=1) if as_json else s["card_md"])
+    from klineage.report.text import wrap_markdown
+    click.echo(json.dumps(s["card"], indent=1) if as_json else wrap_markdown(s["card_md"]))
 
 
 def _find_skill(store, ident: str) -> dict:

@@ -130,12 +130,17 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
     walks = executor.map(walk, run.targets, sequential=any(t.proposer == "llm" for t in run.targets))
     for tgt, wl, walker, lin in walks:
         known[wl.name] = tgt.workload_dir
-        store.put_lineage(lin)
+        # a replay without the start kernel's record walked nothing: no lineage to store (a later run
+        # with the record walks it), and the missing record is listed
+        stored = not (lin["termination"] == "start_failed" and lin.get("start_status") == "NOT_REPLAYED")
+        if stored:
+            store.put_lineage(lin)
         evals += walker.evaluations
         summary["missing"] += walker.missing
         summary["lineages"].append({"lineage_id": lin["lineage_id"], "workload": wl.name, "proposer": tgt.proposer,
                                     "steps": len(lin["transitions"]), "rejections": len(lin["rejections"]),
-                                    "termination": lin["termination"], "remaining": lin["remaining"],
+                                    "termination": lin["termination"] if stored else "not_replayed",
+                                    "remaining": lin["remaining"], "stored": stored,
                                     "mechanisms": [t["mechanism"] for t in lin["transitions"]]})
     source_of = lambda h: (store.get_kernel(h) or {}).get("source")
     transitions, rejections = store.transitions(), store.rejections()

@@ -31,6 +31,35 @@ def shorten(text: str, width: int) -> str:
     return textwrap.shorten(text, width, placeholder=" ...") if " " in text[:width] else text[:width - 4] + " ..."
 
 
+WIDTH = 160  # the widest line of text output people read
+
+
+def wrapped(text: str, indent: str = "", hanging: str = "    ", width: int = WIDTH) -> list[str]:
+    """`text` as lines of at most `width` characters, broken at spaces: the first line starts with
+    `indent`, the next with `indent + hanging`. A word longer than a line stays whole."""
+    import textwrap
+    return textwrap.wrap(" ".join(str(text).split()), width, initial_indent=indent,
+                         subsequent_indent=indent + hanging, break_long_words=False, break_on_hyphens=False) or [indent]
+
+
+def wrap_markdown(md: str, width: int = WIDTH) -> str:
+    """Markdown for a terminal: each line longer than `width` outside code blocks broken at spaces,
+    a list item's continuation indented under its text (the markdown stays the same document)."""
+    import re
+    import textwrap
+    out, fence = [], False
+    for line in md.splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        if fence or len(line) <= width or line.lstrip().startswith("|"):
+            out.append(line)
+            continue
+        lead = re.match(r"\s*(?:(?:[-*+]|\d+\.|>)\s+)?", line).group(0)
+        out += textwrap.wrap(line[len(lead):], width, initial_indent=lead, subsequent_indent=" " * len(lead),
+                             break_long_words=False, break_on_hyphens=False)
+    return "\n".join(out)
+
+
 def _si(x: float, unit: str) -> str:
     for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
         if x >= scale:
@@ -110,6 +139,10 @@ def format_workload(wl) -> str:
 def format_mine_summary(summary: dict) -> str:
     lines = []
     for l in summary["lineages"]:
+        if not l.get("stored", True):
+            lines.append(f"{l['workload']}/{l['proposer']}: not walked and not stored: the start kernel's evaluation has "
+                         "no record (listed below)")
+            continue
         lines.append(f"{l['workload']}/{l['proposer']} [{l['lineage_id'][:12]}]: {l['steps']} steps, "
                      f"{l['rejections']} rejections, {l['termination']}"
                      + (f" (left: {', '.join(l['remaining'])})" if l["remaining"] else ""))
@@ -406,8 +439,13 @@ def format_heldout(report: dict) -> str:
                           for s in su["skills"])
         out.append(f"  skills used {su['instance']}/{su['condition']}: {names[:300]}")
     for key, label in (("not_run", "not run"), ("missing", "not replayed (no record)")):
-        for m in report[key]:
-            out.append(f"{label}: {m['instance']}/{m['condition']}: {m['reason'][:200]}")
+        groups: dict[tuple[str, str], list[str]] = {}
+        for m in report[key]:  # one line per condition and reason, not one per instance
+            groups.setdefault((m["condition"], m["reason"]), []).append(m["instance"])
+        for (cond, reason), names in groups.items():
+            reason = reason.removeprefix("not run: ")
+            where = f"{cond} on {names[0]}" if len(names) == 1 else f"{cond} on {len(names)} instances"
+            out += wrapped(f"{label}: {where}: {shorten(reason, 200)}")
     return "\n".join(out)
 
 

@@ -120,6 +120,7 @@ class Writer:
 
 _HELD: dict[Path, Writer] = {}
 _HELD_LOCK = threading.Lock()
+_WRITTEN: list[Path] = []  # every database this process opened for writing, in order
 
 
 def _open_lock(db: Path, blocking: bool) -> int | None:
@@ -254,6 +255,8 @@ def acquire(db: Path) -> Writer:
             raise
         w = Writer(db, work, fd, notes=notes)
         _HELD[db] = w
+        if db not in _WRITTEN:
+            _WRITTEN.append(db)
         return w
 
 
@@ -273,6 +276,12 @@ def publish(w: Writer) -> None:
                 os.replace(w.work, w.db)
         finally:
             _release(w.db, w.fd)
+
+
+def written() -> list[Path]:
+    """The databases this process opened for writing (what an interrupted command may have stored in)."""
+    with _HELD_LOCK:
+        return list(_WRITTEN)
 
 
 def held() -> list[Writer]:
