@@ -57,7 +57,7 @@ def replayed(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shipped_skills():
-    r = CliRunner().invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json"])
+    r = CliRunner().invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json", "--full"])
     assert r.exit_code == 0, r.output
     return json.loads(r.output)
 
@@ -330,7 +330,7 @@ def test_lineage_cli(tmp_path):
 
 def test_skills_why_and_stats():
     runner = CliRunner()
-    shipped = json.loads(runner.invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json"]).output)
+    shipped = json.loads(runner.invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json", "--full"]).output)
     sid = shipped[0]["skill_id"]
     r = runner.invoke(main, ["skills", "why", sid, "--db", str(SHIPPED), "--json"])
     assert r.exit_code == 0, r.output

@@ -15,9 +15,9 @@ from klineage.report.text import table
 
 
 @main.group("apply", invoke_without_command=True)
-@click.option("--workload", "workload_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+@click.option("-w", "--workload", "workload_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Workload folder of the new kernel (its workload.py).")
-@click.option("--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("-s", "--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="The starting kernel (.cu) to make faster.")
 @db_option(mode="extend")
 @click.option("--materializer", "materializers", multiple=True, type=click.Choice(["rules", "sweep", "llm"]),
@@ -38,14 +38,14 @@ from klineage.report.text import table
                    "point; off: only what a mechanism family's reoptimize writes.")
 @click.option("--model", default=None, help="Model id for --materializer llm (default claude-sonnet-4-5).")
 @click.option("--base-url", default=None, help="An OpenAI-compatible server for --materializer llm (e.g. a local one).")
-@click.option("--dry-run", is_flag=True,
+@click.option("-n", "--dry-run", is_flag=True,
               help="Build and gate nothing, touch no GPU: print the retrieved skills and each backend's first "
                    "candidate (with llm: the exact prompt for the top skill and its cost estimate; sends nothing).")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @arch_option
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write best.cu and trajectory.json here.")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 @click.pass_context
 @library_errors
@@ -334,9 +334,9 @@ def baseline_group():
 @baseline_group.command("run")
 @click.option("--method", type=click.Choice(["none", "adaexplore", "accelopt", "expert-source"]), required=True,
               help="The baseline to run.")
-@click.option("--workload", "workload_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
+@click.option("-w", "--workload", "workload_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
               help="Workload folder (its workload.py).")
-@click.option("--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+@click.option("-s", "--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
               help="The starting kernel (.cu).")
 @click.option("--budget-usd", type=float, required=True, help="Dollars of model calls at most.")
 @click.option("--max-iters", type=int, default=20, show_default=True, help="Model calls at most.")
@@ -344,9 +344,9 @@ def baseline_group():
 @click.option("--model", default=None, help="Model id (default claude-sonnet-4-5).")
 @click.option("--base-url", default=None, help="An OpenAI-compatible server instead of the Anthropic API.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of adaexplore's tree search.")
-@click.option("--dry-run", is_flag=True, help="Print the first prompt and its cost estimate; send nothing.")
+@click.option("-n", "--dry-run", is_flag=True, help="Print the first prompt and its cost estimate; send nothing.")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Take the timing settings from a run configuration's [gate] table (e.g. pipelines/mine.toml).")
 @arch_option
 @db_option(mode="create")

@@ -54,7 +54,7 @@ def db_option(fn=None, *, mode: str = "read"):
     """The shared --db option; `@db_option` for commands that read, `@db_option(mode=...)` for those
     that write ("create" or "extend"). The command receives a DbTarget for open_db."""
     def deco(f):
-        return click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+        return click.option("-d", "--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                             callback=lambda _ctx, _param, value: DbTarget(value, mode), help=_DB_HELP[mode])(f)
     return deco(fn) if fn is not None else deco
 
@@ -116,16 +116,34 @@ def reads_library(fn):
 
 class _Main(click.Group):
     """The root group: an unexpected exception is one line (and exit 1) unless --debug is given;
-    Ctrl-C exits 130."""
+    Ctrl-C exits 130. Under --json an error is a JSON object on stdout ({"error", "exit_code",
+    "kind"}), with the same exit code."""
+
+    def parse_args(self, ctx, args):
+        ctx.meta["klineage.json"] = "--json" in args
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
+        try:
+            return self._invoke(ctx)
+        except click.ClickException as exc:
+            if not ctx.meta.get("klineage.json"):
+                raise
+            click.echo(json.dumps({"error": exc.format_message(), "exit_code": exc.exit_code,
+                                   "kind": type(exc.__cause__ or exc).__name__}, indent=1))
+            raise click.exceptions.Exit(exc.exit_code) from None
+
+    def _invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             from klineage.store.writer import written
             dbs = written()
-            click.echo(f"interrupted: what was decided before is stored in {', '.join(map(str, dbs))}; run the command "
-                       "again to continue" if dbs else "interrupted: nothing was written", err=True)
+            text = (f"interrupted: what was decided before is stored in {', '.join(map(str, dbs))}; run the command "
+                    "again to continue" if dbs else "interrupted: nothing was written")
+            if ctx.meta.get("klineage.json"):
+                click.echo(json.dumps({"error": text, "exit_code": int(ExitCode.INTERRUPTED), "kind": "Interrupted"}))
+            click.echo(text, err=True)
             raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise

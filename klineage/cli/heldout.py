@@ -93,12 +93,12 @@ def execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=N
 @main.command("heldout")
 @click.argument("root", required=False, type=click.Path(file_okay=False, path_type=Path))
 @db_option(mode="create")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="A held-out pipeline (pipelines/heldout.toml): its [heldout] and [gate] tables; options given "
                    "here override it.")
 @click.option("--conditions", default=None,
               help="Comma-separated conditions (default all): idiom, skills, control-random, control-foreign, llm.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write heldout.json, heldout.txt and kernels/INSTANCE/CONDITION.cu here (default: the config's out).")
 @click.option("--budget", type=int, default=None, help="Candidate kernels gated per instance and condition at most (default 12).")
 @click.option("--seed", type=int, default=None, help="Seed of the random control (default 0).")
@@ -127,10 +127,10 @@ def execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=N
                    "default: the config's records).")
 @click.option("--model", default=None, help="Model id for the llm condition (default claude-sonnet-4-5).")
 @click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most per instance (llm).")
-@click.option("--dry-run", is_flag=True,
+@click.option("-n", "--dry-run", is_flag=True,
               help="Print the plan (instances, starts, tunables, references, foreign libraries, the first sweep "
                    "round of each searching condition); evaluate nothing.")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 @library_errors
 def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, final_rounds, sweep_rounds, sweep_axes,

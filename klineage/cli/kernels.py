@@ -47,18 +47,18 @@ def features_cmd(kernel, arch, source_only, as_json):
 
 @main.command("gate")
 @click.argument("kernels", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--workload", "workload_dir", type=click.Path(exists=True, path_type=Path), default=None,
+@click.option("-w", "--workload", "workload_dir", type=click.Path(exists=True, path_type=Path), default=None,
               help="Workload folder (default: the nearest folder above the kernel holding workload.py).")
 @db_option(mode="create")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @click.option("--remeasure", is_flag=True, help="Measure again even if an identical evaluation is stored.")
 @click.option("--shapes", type=click.Choice(["all", "benchmark"]), default="all",
               help="Check correctness on benchmark and probe shapes (all) or benchmark shapes only.")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Take the timing settings and arch from a run configuration's [gate] table (the shipped "
                    "experts' records were made with pipelines/mine.toml's).")
 @arch_option
-@click.option("--quiet", is_flag=True, help="No progress on stderr (nor with --json).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr (nor with --json).")
 @json_option
 @library_errors
 def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_path, arch, quiet, as_json):
@@ -259,7 +259,7 @@ def evals_import(files, db_path):
 @evals_group.command("export")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @db_option
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @library_errors
 def evals_export(file, db_path, quiet):
     """Export every stored evaluation to a JSON Lines file (gzip-compressed when FILE ends in .gz)."""

@@ -12,9 +12,9 @@ from klineage.report.text import format_lineage, format_lineages_table, format_s
 
 @main.command("report")
 @db_option
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for the static site (index.html, lineage/, skill/, heldout.html).")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 @library_errors
 def report_cmd(db_path, out_dir, quiet, as_json):
@@ -83,13 +83,16 @@ def skills_group():
 
 
 @skills_group.command("list")
+@click.option("--full", is_flag=True, help="With --json: every skill's whole card, not its summary.")
 @reads_library
-def skills_list(db_path, as_json):
-    """List skills with their median measured speedup."""
+def skills_list(full, db_path, as_json):
+    """List skills with their median measured speedup. --json gives one summary per skill (id, name,
+    mechanism, median speedup, steps of evidence, admission, platforms); --json --full the whole cards."""
+    from klineage.report.text import skill_summary
     with open_db(db_path) as store:
         skills = store.skills()
     if as_json:
-        click.echo(json.dumps([s["card"] for s in skills], indent=1))
+        click.echo(json.dumps([s["card"] if full else skill_summary(s) for s in skills], indent=1))
     elif not skills:
         click.echo(f"no skills in {store.path}: mine first (klineage mine --config pipelines/mine.toml --replay)")
     else:
@@ -152,7 +155,7 @@ def skills_stats(db_path, as_json):
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["skill-md", "jsonl", "parquet"]), default="skill-md", show_default=True,
               help="skill-md: a SKILL.md folder per skill; jsonl: one card per line; parquet: one row per skill.")
-@click.option("--out", "out", type=click.Path(path_type=Path), required=True,
+@click.option("-o", "--out", "out", type=click.Path(path_type=Path), required=True,
               help="Output folder (skill-md) or file (jsonl, parquet).")
 @click.option("--force", is_flag=True, help="Replace what is already at --out (skill-md: the skills' folders).")
 @library_errors

@@ -186,11 +186,19 @@ def format_lineage(l: dict) -> str:
     return "\n".join(lines)
 
 
+def skill_summary(s: dict) -> dict:
+    """One skill (a store.skills() row) in brief: what `skills list` shows, as JSON."""
+    card = s["card"]
+    return {"skill_id": s["skill_id"], "name": s["name"], "mechanism": s["mechanism"],
+            "median_speedup": card["effects"]["median_speedup"], "steps": len(card["evidence"]),
+            "admission": (card.get("admission") or {}).get("status", "not_run"),
+            "platforms": list(card["scope"]["platforms"])}
+
+
 def format_skills_table(skills: list[dict]) -> str:
     """`skills list`: id, name, median speedup, steps of evidence, admission, platforms."""
-    rows = [[s["skill_id"], s["name"], f"{s['card']['effects']['median_speedup']:.3f}x", len(s["card"]["evidence"]),
-             (s["card"].get("admission") or {}).get("status", "not_run"), ", ".join(s["card"]["scope"]["platforms"])]
-            for s in skills]
+    rows = [[b["skill_id"], b["name"], f"{b['median_speedup']:.3f}x", b["steps"], b["admission"], ", ".join(b["platforms"])]
+            for b in map(skill_summary, skills)]
     return table(["id", "name", "median speedup", "steps", "admission", "platforms"], rows,
                  right=("median speedup", "steps"))
 
