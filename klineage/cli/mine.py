@@ -162,8 +162,9 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
 def execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None, build_stored: bool = False) -> dict:
     from klineage.gate.gate import Gate
     from klineage.lineage.mine import run_mine
+    from klineage.store.recorded import import_recorded, load_compiler_records
+    load_compiler_records(replay)  # the corpus's compiler evidence: no nvcc for a kernel it records
     if replay:
-        from klineage.store.recorded import import_recorded
         import_recorded(store)
     gate = Gate(store, run.gate_config(), build_stored=build_stored)
     progress = _MineProgress(quiet, len(run.targets))

@@ -110,7 +110,8 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
     pass's independent steps, as concurrent units whose database writes are committed in target
     order: the library is the serial run's. With an llm proposer the walks run one at a time (the
     model budget is spent in target order)."""
-    t0 = time.perf_counter()
+    from klineage.gate.compile import calls_since, nvcc_calls
+    t0, nvcc0 = time.perf_counter(), nvcc_calls()
     check_ladders(run)
     summary = {"lineages": [], "missing": [], "evaluations": {}, "phases": {}}
     evals = []
@@ -179,6 +180,7 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
         "analysis_s": time.perf_counter() - t_walk,
         "analysis_evaluations": len(analysis.evaluations) if analysis else 0,
     }
+    summary["nvcc"] = calls_since(nvcc0)  # every nvcc and ptxas run of the run, by purpose, and what needed none
     if analysis is not None:
         summary["admission"] = _count(v["status"] for v in analysis.admission.values())
     summary["skills"] = [{"skill_id": s["skill_id"], "name": s["name"]} for s in skills]

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from klineage import settings
-from klineage.gate.compile import arch_flags, nvcc_version, out_of_memory, run_nvcc
+from klineage.gate.compile import arch_flags, count_cached, nvcc_version, out_of_memory, run_nvcc
 from klineage.parse.semantics import analyze
 
 ARCHS = ("sm_80", "sm_89", "sm_90a", "sm_100", "sm_120")
@@ -113,11 +113,13 @@ def compile_check(source: str, arch: str, timeout_s: float = CHECK_TIMEOUT_S) ->
     path = cache_dir() / key[:2] / f"{key}.json"
     shipped = _recorded_checks().get(key)
     if shipped is not None:
+        count_cached("compile_check", recorded=True)
         return dict(shipped, cached=True)
     if path.is_file():
         try:
             rec = json.loads(path.read_text())
             rec["cached"] = True
+            count_cached("compile_check")
             return rec
         except (OSError, ValueError):
             pass  # a damaged entry is rebuilt

@@ -152,9 +152,11 @@ def format_mine_summary(summary: dict) -> str:
     lines.append(f"evaluations: {ev['total']} " + ", ".join(f"{k} {v}" for k, v in sorted(ev["by_source"].items())))
     ph = summary["phases"]
     rate = ph["compile_cache_hit_rate"]
-    lines.append(f"wall {ph['wall_s']:.1f} s; compile {ph['compile_s']:.1f} s over {ph['compile_requests']} requests "
+    lines.append(f"wall {ph['wall_s']:.1f} s; gate builds {ph['compile_s']:.1f} s over {ph['compile_requests']} requests "
                  f"(cache hit rate {'-' if rate is None else f'{100 * rate:.0f}%'}); correctness "
                  f"{ph['correctness_s']:.1f} s; timing {ph['timing_s']:.1f} s")
+    if summary.get("nvcc"):
+        lines.append(format_nvcc_calls(summary["nvcc"]))
     lines.append(f"skills in the library: {len(summary['skills'])}")
     if summary["missing"]:
         lines.append(f"NOT REPLAYED ({len(summary['missing'])} evaluations had no record):")
@@ -162,6 +164,21 @@ def format_mine_summary(summary: dict) -> str:
             lines.append(f"  {m['workload']} kernel {m['kernel_hash'][:12]} "
                          f"({m.get('what') or m.get('origin') or 'derived'})")
     return "\n".join(lines)
+
+
+NVCC_PURPOSE = {"ptx": "compiler evidence", "build": "gate builds", "front_end": "sweep front end",
+                "compile_check": "compile scope"}
+
+
+def format_nvcc_calls(calls: dict) -> str:
+    """One line: every nvcc and ptxas process a run started, by purpose, their wall time, and the
+    answers that needed none (klineage.gate.compile.calls_since)."""
+    t = calls["total"]
+    parts = [f"{NVCC_PURPOSE.get(p, p)} {int(c['runs'])}" for p, c in calls.items() if p != "total" and c["runs"]]
+    saved = int(t["cached"] + t["recorded"])
+    return (f"nvcc and ptxas: {int(t['runs'])} runs, {t['seconds']:.1f} s" + (f" ({', '.join(parts)})" if parts else "")
+            + f"; {saved} answers without a run ({int(t['recorded'])} from shipped records, {int(t['cached'])} from "
+            "the build cache)")
 
 
 def format_lineage_row(l: dict) -> str:
