@@ -66,7 +66,7 @@ class Evidence:
 
 
 _CACHE: OrderedDict[str, Evidence] = OrderedDict()
-_CACHE_MAX = 256
+_CACHE_MAX = 16  # an Evidence holds its parsed PTX (tens of MB for a large kernel): a walk reuses the last few
 
 
 def evidence(source: str | Kernel, arch: str = DEFAULT_ARCH, compiler: bool = True) -> Evidence:
