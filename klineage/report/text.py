@@ -188,18 +188,19 @@ def format_lineage_row(l: dict) -> str:
 
 
 def format_lineage(l: dict) -> str:
-    lines = [format_lineage_row(l), "states (0 = the starting kernel; each next state has one mechanism fewer):"]
+    lines = [*wrapped(format_lineage_row(l)), "states (0 = the starting kernel; each next state has one mechanism fewer):"]
     for st in l["states"]:
         lat = ", ".join(f"{x:.1f}" for x in st.get("latency_us", []))
         lines.append(f"  [{st['idx']}] {st['kernel_hash'][:12]} {st.get('status', '')} {lat and lat + ' us'}")
     lines.append("transitions (forward speedup = simpler / richer latency):")
     for t in l["transitions"]:
         sp = ", ".join(f"{e['speedup']:.3f}x" for e in t["effects"])
-        lines.append(f"  step {t['step']}: -{t['mechanism']} @ {t['locus']}  forward {sp}")
+        lines += wrapped(f"step {t['step']}: -{t['mechanism']} @ {t['locus']}  forward {sp}", "  ")
     if l["rejections"]:
         lines.append("rejections:")
         for r in l["rejections"]:
-            lines.append(f"  step {r['step']}: {r['mechanism']} @ {r['locus']}: {r['kind']}: {r['message'][:160]}")
+            lines += wrapped(f"step {r['step']}: {r['mechanism']} @ {r['locus']}: {r['kind']}: {shorten(r['message'], 300)}",
+                             "  ")
     return "\n".join(lines)
 
 
@@ -223,7 +224,8 @@ def format_skills_table(skills: list[dict]) -> str:
 def format_lineages_table(lins: list[dict]) -> str:
     """`lineage list`: id, workload, proposer, steps, rejections, termination (and what was left)."""
     rows = [[l["lineage_id"][:12], l["workload_name"], l["proposer"], len(l["transitions"]), len(l["rejections"]),
-             l["termination"] + (f" (left: {', '.join(l['remaining'])})" if l["remaining"] else "")] for l in lins]
+             shorten(l["termination"] + (f" (left: {', '.join(l['remaining'])})" if l["remaining"] else ""), 80)]
+            for l in lins]
     return table(["id", "workload", "proposer", "steps", "rejections", "termination"], rows,
                  right=("steps", "rejections"))
 
@@ -252,14 +254,18 @@ def format_skill_why(w: dict) -> str:
     lines = [f"{w['skill_id']}  {w['name']}  (admission: {w['admission']}; probing: {w['probing']})",
              "preconditions:"]
     for p in w["preconditions"] or []:
-        lines.append(f"  [{p['category']}] {p['condition']}")
-        lines.append(f"      {p['source']}: {p['evidence']} ({p['where']})")
+        lines += wrapped(f"[{p['category']}] {p['condition']}", "  ")
+        evidence = str(p["evidence"])
+        if evidence.startswith(f"{p['source']}: "):  # the evidence text names its kind already
+            evidence = evidence[len(p["source"]) + 2:]
+        lines += wrapped(f"{p['source']}: {evidence} ({p['where']})", "      ")
     if not w["preconditions"]:
         lines.append("  none")
     lines.append("risks:")
     for r in w["risks"]:
-        lines.append(f"  [{r['kind']}] {r.get('workload') or ''} {r.get('status') or ''}: {(r.get('message') or '')[:200]}"
-                     + (f" (probe {r['probe']})" if r.get("probe") else "") + (f" [{r['eval_key'][:12]}]" if r.get("eval_key") else ""))
+        lines += wrapped(f"[{r['kind']}] {r.get('workload') or ''} {r.get('status') or ''}: {shorten(r.get('message') or '', 200)}"
+                         + (f" (probe {r['probe']})" if r.get("probe") else "")
+                         + (f" [{r['eval_key'][:12]}]" if r.get("eval_key") else ""), "  ")
     if not w["risks"]:
         lines.append(f"  none: {w['risks_empty_reason']}")
     return "\n".join(lines)
