@@ -500,25 +500,26 @@ def format_features(path: str, rep: dict) -> str:
         where = f"L{a}" if a == b else f"L{a}-{b}"
         helper = f"  [in __device__ helper {f['helper']}" + (
             f", inlined into {', '.join(f['inlined_into'])}]" if f.get("inlined_into") else "]") if f.get("helper") else ""
-        lines.append(f"  {f['mechanism']:<20} {f['evidence']:<8} {where:<10} {f['locus']}{helper}")
+        lines += wrapped(f"{f['mechanism']:<20} {f['evidence']:<8} {where:<10} {f['locus']}{helper}", "  ", " " * 42)
         seen = []
         for s in f["compiler"]:
             text = f"{s['what']} @L{s['lines'][0]}" if s["lines"] else s["what"]
             if text not in seen:
                 seen.append(text)
         for text in seen[:3]:
-            lines.append(f"      ptx: {text}")
+            lines += wrapped(f"ptx: {text}", "      ")
         if len(seen) > 3:
             lines.append(f"      ptx: ... {len(seen) - 3} more")
     for fn in rep["functions"]:
         r = fn["resources"]
         res = (f"{r['registers']} registers, {r['shared_bytes']} B shared, spills {r['spill_store_bytes']}/"
                f"{r['spill_load_bytes']} B" if r else "no ptxas report")
-        lines.append(f"  {fn['kind']} {fn['function']}: {res}"
-                     + (f"; {', '.join(f'.{k} {v}' for k, v in fn['directives'].items())}" if fn["directives"] else ""))
+        lines += wrapped(f"{fn['kind']} {fn['function']}: {res}"
+                         + (f"; {', '.join(f'.{k} {v}' for k, v in fn['directives'].items())}" if fn["directives"] else ""),
+                         "  ")
         classes = ", ".join(f"{k} x{v['count']}" for k, v in fn["classes"].items())
         if classes:
-            lines.append(f"      {classes}")
+            lines += wrapped(classes, "      ", "")
     return "\n".join(lines)
 
 
