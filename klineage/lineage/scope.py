@@ -71,13 +71,14 @@ _recorded: dict[str, dict] | None = None
 def _recorded_checks() -> dict[str, dict]:
     global _recorded
     if _recorded is None:
-        _recorded = {}
+        rows = {}  # filled before it is published: another thread sees all of it or loads it too
         f = recorded_file()
         if f.is_file():
             for line in f.read_text().splitlines():
                 if line.strip():
                     row = json.loads(line)
-                    _recorded[row["key"]] = row["check"]
+                    rows[row["key"]] = row["check"]
+        _recorded = rows
     return _recorded
 
 
