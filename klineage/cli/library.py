@@ -203,7 +203,7 @@ def doctor_cmd(db_path, record_paths, as_json):
     import sys
 
     from klineage import settings
-    from klineage.store.integrity import doctor
+    from klineage.store.doctor import doctor
     from klineage.store.recorded import recorded_files
     path = db_path.path or settings.default_db()
     files = [f for p in (record_paths or [settings.recorded_dir()]) for f in

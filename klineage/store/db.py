@@ -9,6 +9,7 @@ its records: ``store.evals``, ``store.library``, ``store.applies``, ``store.pipe
 """
 from __future__ import annotations
 
+import atexit
 import threading
 import weakref
 from contextlib import contextmanager
@@ -274,6 +275,7 @@ class Store:
 _OPEN: "weakref.WeakSet[Store]" = weakref.WeakSet()
 
 
+@atexit.register
 def close_all() -> None:
     """Close every store still open (at exit: a writing open publishes what it wrote)."""
     for store in list(_OPEN):

@@ -48,7 +48,7 @@ def scan(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     try:
         names = tables(con)
     except duckdb.Error as e:
-        return {"<catalog>": _short(e)}
+        return {"<catalog>": short_error(e)}
     for t in names:
         try:
             cols = [c for (c,) in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ? "
@@ -58,11 +58,12 @@ def scan(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
             expr = ", ".join(f'sum(length(CAST("{c}" AS VARCHAR)))' for c in cols) or "count(*)"
             con.execute(f'SELECT count(*), {expr} FROM "{t}"').fetchall()
         except duckdb.Error as e:
-            problems[t] = _short(e)
+            problems[t] = short_error(e)
     return problems
 
 
-def _short(e: Exception) -> str:
+def short_error(e: Exception) -> str:
+    """The first line of an error, at most 240 characters."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return text[:240]
 
@@ -172,7 +173,7 @@ def content_checks(store) -> list[dict]:
         try:
             card = SkillCard.model_validate_json(card_json)
         except Exception as e:  # a pydantic ValidationError or a JSON error: the card is not a card
-            bad.append(f"skill {sid}: its card does not read as a SkillCard ({_short(e)})")
+            bad.append(f"skill {sid}: its card does not read as a SkillCard ({short_error(e)})")
             continue
         if (card.skill_id, card.name, card.mechanism) != (sid, name, mech):
             bad.append(f"skill {sid}: the row says {name} / {mech}, its card {card.name} / {card.mechanism}")
@@ -216,47 +217,3 @@ def against_records(store, files: list[Path]) -> dict:
             differ.append(f"{key[:16]}: {', '.join(fields)} differ from the record")
     return {"files": [str(f) for f in files], "compared": compared, "differing": len(differ), "differ": differ[:20]}
 
-
-def doctor(path: Path, record_files: list[Path]) -> dict:
-    """Check a database file: it opens, its schema is current, every stored block reads (DuckDB's
-    checksums), its rows agree with each other (content_checks) and its evaluations with the record
-    files (against_records). {path, ok, opens, schema, blocks, content, records}; read-only."""
-    from klineage.store.db import Store
-    from klineage.store.migrations import pending
-    rep: dict = {"path": str(path), "ok": False, "opens": None, "schema": None, "blocks": {}, "content": [],
-                 "records": None}
-    p = Path(path)
-    if not p.is_file():
-        raise StoreError(f"no database at {p}: pass --db with an existing file")
-    try:
-        con = duckdb.connect(str(p), read_only=True)
-    except duckdb.Error as e:
-        rep["opens"] = _short(e)
-        return rep
-    rep["opens"] = "ok"
-    store = Store(con, str(p), read_only=True)
-    try:
-        try:
-            missing = pending(con, str(p))
-            rep["schema"] = "current" if not missing else f"lacks migrations {', '.join(missing)}"
-        except StoreError as e:
-            rep["schema"] = str(e)
-        rep["blocks"] = {t: "ok" for t in tables(con)} if not (bad := scan(con)) else {
-            **{t: "ok" for t in _safe_tables(con)}, **bad}
-        if not bad:
-            rep["content"] = content_checks(store)
-            rep["records"] = against_records(store, record_files)
-        rep["ok"] = (rep["schema"] == "current" and not bad and all(c["ok"] for c in rep["content"])
-                     and not (rep["records"] or {}).get("differing"))
-        if rep["ok"]:
-            remember(p.resolve())
-    finally:
-        store.close()
-    return rep
-
-
-def _safe_tables(con) -> list[str]:
-    try:
-        return tables(con)
-    except duckdb.Error:
-        return []

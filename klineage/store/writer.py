@@ -15,7 +15,6 @@ changed meanwhile (by something other than klineage), the copy is kept beside DB
 """
 from __future__ import annotations
 
-import atexit
 import errno
 import fcntl
 import json
@@ -288,8 +287,3 @@ def held() -> list[Writer]:
     with _HELD_LOCK:
         return list(_HELD.values())
 
-
-@atexit.register
-def _publish_at_exit() -> None:  # a store the program never closed still publishes what it wrote
-    from klineage.store import db as _db
-    _db.close_all()
