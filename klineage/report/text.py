@@ -158,6 +158,8 @@ def format_mine_summary(summary: dict) -> str:
     if summary.get("nvcc"):
         lines.append(format_nvcc_calls(summary["nvcc"]))
     lines.append(f"skills in the library: {len(summary['skills'])}")
+    for w in summary.get("warnings", []):
+        lines += wrapped(f"warning: {w}")
     if summary["missing"]:
         lines.append(f"NOT REPLAYED ({len(summary['missing'])} evaluations had no record):")
         for m in summary["missing"]:
