@@ -38,8 +38,11 @@ def wrapped(text: str, indent: str = "", hanging: str = "    ", width: int = WID
     """`text` as lines of at most `width` characters, broken at spaces: the first line starts with
     `indent`, the next with `indent + hanging`. A word longer than a line stays whole."""
     import textwrap
-    return textwrap.wrap(" ".join(str(text).split()), width, initial_indent=indent,
-                         subsequent_indent=indent + hanging, break_long_words=False, break_on_hyphens=False) or [indent]
+    text = str(text)
+    if len(indent) + len(text) <= width and "\n" not in text:
+        return [indent + text]  # as it is: its own spacing kept (aligned columns)
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + hanging,
+                         break_long_words=False, break_on_hyphens=False) or [indent]
 
 
 def wrap_markdown(md: str, width: int = WIDTH) -> str:
