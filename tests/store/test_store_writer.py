@@ -83,12 +83,18 @@ def test_a_reading_command_works_during_a_run_and_names_it_when_the_database_is_
     assert r.exit_code == 0 and "no skills in" in r.output
 
 
-def test_a_killed_writer_loses_nothing_it_committed(tmp_path):
+def _killed_writer(tmp_path: Path) -> tuple[Path, int]:
+    """A database holding k0, and the pid of a writer killed after it committed k1 to its copy."""
     db = tmp_path / "lib.duckdb"
     _base(db)
     w = _writer(db)
     os.kill(w.pid, signal.SIGKILL)
     w.wait(timeout=60)
+    return db, w.pid
+
+
+def test_a_killed_writer_loses_nothing_it_committed(tmp_path):
+    db, _ = _killed_writer(tmp_path)
     with open_store(db, read_only=True) as s:  # the next open publishes the killed run's copy
         assert any("published what pid" in n for n in s.notes), s.notes
     assert _kernels(db) == {"k0", "k1"}
@@ -99,17 +105,13 @@ def test_a_killed_writer_loses_nothing_it_committed(tmp_path):
 
 
 def test_a_killed_writers_copy_is_kept_aside_when_the_database_changed_since(tmp_path):
-    db = tmp_path / "lib.duckdb"
-    _base(db)
-    w = _writer(db)
-    os.kill(w.pid, signal.SIGKILL)
-    w.wait(timeout=60)
+    db, pid = _killed_writer(tmp_path)
     time.sleep(0.01)
     db.write_bytes(db.read_bytes())  # changed (rewritten) behind klineage's back
     with open_store(db, read_only=True) as s:
         assert any("is kept as" in n for n in s.notes), s.notes
     assert _kernels(db) == {"k0"}
-    aside = tmp_path / f"lib.duckdb.unpublished-{w.pid}"
+    aside = tmp_path / f"lib.duckdb.unpublished-{pid}"
     assert aside.is_file() and _kernels(aside) == {"k0", "k1"}
 
 
