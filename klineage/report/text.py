@@ -474,15 +474,23 @@ def format_heldout(report: dict) -> str:
         names = ", ".join(f"{s['skill']}{' (kept)' if s['kept'] else ''} <- {'/'.join(s['mined_from']) or '?'}"
                           for s in su["skills"])
         out.append(f"  skills used {su['instance']}/{su['condition']}: {names[:300]}")
+    out += not_run_lines(report)
+    return "\n".join(out)
+
+
+def not_run_lines(report: dict) -> list[str]:
+    """What a held-out run did not run or replay: one line per condition and reason, counting the
+    instances it holds for (22 instances without a key are one line, not 22)."""
+    out = []
     for key, label in (("not_run", "not run"), ("missing", "not replayed (no record)")):
         groups: dict[tuple[str, str], list[str]] = {}
-        for m in report[key]:  # one line per condition and reason, not one per instance
+        for m in report[key]:
             groups.setdefault((m["condition"], m["reason"]), []).append(m["instance"])
         for (cond, reason), names in groups.items():
             reason = reason.removeprefix("not run: ")
             where = f"{cond} on {names[0]}" if len(names) == 1 else f"{cond} on {len(names)} instances"
             out += wrapped(f"{label}: {where}: {shorten(reason, 200)}")
-    return "\n".join(out)
+    return out
 
 
 def format_features(path: str, rep: dict) -> str:
