@@ -66,10 +66,12 @@ class TargetFacts:
     tiny: bool                         # some shape has a dimension below 32
     in_place: bool                     # the contract asks for outputs aliasing inputs
     bottleneck: dict = field(default_factory=lambda: {"class": "unknown"})
+    retyped: set[str] = field(default_factory=set)  # mechanisms a shape rewriter writes at the kernel's dtype
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
         d["mechanisms"] = sorted(self.mechanisms)
+        d["retyped"] = sorted(self.retyped)
         return d
 
 
@@ -94,7 +96,7 @@ def bottleneck_of(result) -> dict:
 def target_facts(wl: Workload, source: str, platform: str = PLATFORM_H200, start_result=None) -> TargetFacts:
     """The facts of a target kernel; its mechanisms are what the detectors see and what the shape
     rewriters read (a warp per row, a register cache: structural mechanisms no detector sees)."""
-    from klineage.mechanisms.shapes import shape_mechanisms
+    from klineage.mechanisms.shapes import retyped_mechanisms, shape_mechanisms
     feats = detect_all(source)
     shapes = [s for _, s in wl.all_shapes()]
     bench = max(wl.benchmark_cases, key=lambda s: math.prod(_dims(s)))
@@ -107,7 +109,8 @@ def target_facts(wl: Workload, source: str, platform: str = PLATFORM_H200, start
         ragged=any(d % 4 for s in shapes for d in _dims(s)),
         tiny=any(d < 32 for s in shapes for d in _dims(s)),
         in_place=bool(getattr(wl.module, "IN_PLACE", False)),
-        bottleneck=bottleneck_of(start_result))
+        bottleneck=bottleneck_of(start_result),
+        retyped=retyped_mechanisms(source, wl))
 
 
 def _probe_kind(item: Precondition) -> str | None:
@@ -131,8 +134,11 @@ def _kind_verdict(kind: str, t: TargetFacts) -> tuple[str, str]:
     return ("unchecked", "the contract does not bound input values; the risk stays on the card")
 
 
-def check_precondition(category: str, item: Precondition, t: TargetFacts) -> dict:
-    """One precondition against the target: {category, condition, source, verdict, reason}."""
+def check_precondition(category: str, item: Precondition, t: TargetFacts, mechanism: str = "") -> dict:
+    """One precondition against the target: {category, condition, source, verdict, reason}. A statement
+    about the operands' dtype holds for a `mechanism` a shape rewriter that recognises the target writes
+    for the target's own element type (t.retyped: the matmul generator writes a whole kernel at it,
+    under its own preconditions, a TF32 product under the workload's tolerance), not the carrier's."""
     out = {"category": category, "condition": item.condition, "source": item.source, "kernel": item.kernel}
     cond = item.condition
     src = item.source
@@ -149,6 +155,10 @@ def check_precondition(category: str, item: Precondition, t: TargetFacts) -> dic
     if category == "data_types" and "operand" in head:  # a statement about the tensors' dtype, not the math
         words = {DTYPE_WORDS[w] for w in re.findall(r"\b(bf16|bfloat16|__nv_bfloat16|fp16|half|float16|fp32|float32)\b",
                                                      head)}
+        if words and mechanism in t.retyped and not words & set(t.dtypes):
+            return {**out, "verdict": "holds",
+                    "reason": f"a shape rewriter writes {mechanism} for the workload's {', '.join(t.dtypes)} operands "
+                              f"(the carrier's {', '.join(sorted(words))} is the mined kernel's)"}
         if words:
             ok = bool(words & set(t.dtypes))
             return {**out, "verdict": "holds" if ok else "fails",
@@ -165,7 +175,8 @@ def check_precondition(category: str, item: Precondition, t: TargetFacts) -> dic
 def check_preconditions(card: SkillCard, t: TargetFacts) -> tuple[bool, list[dict]]:
     """(fits, checks): fits when, for some source kernel of the skill, none of its preconditions
     (nor the kernel-independent ones) fails."""
-    checks = [check_precondition(cat, it, t) for cat, items in card.preconditions.items() for it in items]
+    checks = [check_precondition(cat, it, t, card.mechanism) for cat, items in card.preconditions.items()
+              for it in items]
     general = [c for c in checks if not c["kernel"]]
     kernels = sorted({c["kernel"] for c in checks if c["kernel"]})
     if any(c["verdict"] == "fails" for c in general):

@@ -162,3 +162,26 @@ def _distinct_colors(n: int) -> list[str]:
     import colorsys
     extra = [colorsys.hsv_to_rgb((k / (n - len(_COLORS))) % 1.0, 0.65, 0.75) for k in range(n - len(_COLORS))]
     return list(_COLORS) + ["#%02x%02x%02x" % tuple(int(255 * c) for c in rgb) for rgb in extra]
+
+
+def curves(path: Path, series: dict[str, list[float | None]], title: str, xlabel: str, ylabel: str,
+           baseline: tuple[str, float] | None = None) -> Path:
+    """One line per series over x = 0, 1, ... (None values left out); `baseline` (label, y) drawn as a
+    dashed horizontal line."""
+    colors = _distinct_colors(len(series))
+    with matplotlib.rc_context(_RC):
+        fig = _figure(6.5, 3.6)
+        ax = fig.add_subplot()
+        for j, (label, ys) in enumerate(series.items()):
+            pts = [(x, y) for x, y in enumerate(ys) if y is not None]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, linewidth=1.2, label=label,
+                    color=colors[j])
+        if baseline is not None:
+            ax.axhline(baseline[1], color="#57606a", linewidth=0.8, linestyle="--", label=baseline[0])
+        n = max((len(ys) for ys in series.values()), default=1)
+        ax.set_xticks(range(n))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=9)
+    return _save(fig, path)

@@ -16,8 +16,8 @@ import pkgutil
 from klineage.mechanisms.base import Applied, NotApplicable
 from klineage.mechanisms.shapes.base import REGISTRY, Shape, ShapeRewriter, register
 
-__all__ = ["Shape", "ShapeRewriter", "forward_states", "knows", "recognises", "register", "rewriters",
-           "shape_mechanisms", "structural_rewrite"]
+__all__ = ["Shape", "ShapeRewriter", "forward_states", "knows", "recognises", "register", "retyped_mechanisms",
+           "rewriters", "shape_mechanisms", "structural_rewrite"]
 
 _loaded = False
 
@@ -62,15 +62,27 @@ def recognises(mechanism: str, source: str, workload=None) -> bool:
                for rw in rewriters())
 
 
-def shape_mechanisms(source: str, workload=None) -> set[str]:
-    """The structural mechanisms the shape rewriters read in `source` (each recogniser's
-    facts["mechanisms"]; nothing from a rewriter that does not recognise it)."""
+def _facts_union(source: str, workload, key: str) -> set[str]:
+    """The union of facts[key] over the rewriters that recognise `source`."""
     out: set[str] = set()
     for rw in rewriters():
         shape = rw.recognise(source, workload)
         if isinstance(shape, Shape):
-            out |= set(shape.facts.get("mechanisms") or ())
+            out |= set(shape.facts.get(key) or ())
     return out
+
+
+def shape_mechanisms(source: str, workload=None) -> set[str]:
+    """The structural mechanisms the shape rewriters read in `source` (each recogniser's
+    facts["mechanisms"]; nothing from a rewriter that does not recognise it)."""
+    return _facts_union(source, workload, "mechanisms")
+
+
+def retyped_mechanisms(source: str, workload=None) -> set[str]:
+    """The mechanisms a shape rewriter that recognises `source` writes for its own element type whatever
+    the element type of the kernels they were mined from (Shape.facts["retyped"]: the matmul generator
+    writes the whole kernel at the plan's element type)."""
+    return _facts_union(source, workload, "retyped")
 
 
 def forward_states(source: str, workload=None, skip: str | None = None) -> list[tuple[str, list[str]]]:
