@@ -63,6 +63,20 @@ def shipped_skills():
 
 
 @pytest.mark.nvcc
+def test_a_replay_runs_no_nvcc(replayed):
+    """The corpus records the compiler evidence of every kernel the main job audits
+    (skills_db/compiler/) and the compile scope's verdicts (skills_db/compile_checks.jsonl): a replay
+    starts no nvcc or ptxas, and counts what it read instead."""
+    _, summary = replayed
+    calls = summary["nvcc"]
+    assert calls["total"]["runs"] == 0, (
+        f"the replay ran nvcc or ptxas {calls['total']['runs']} times ({calls}): a change made kernels the records do "
+        "not hold; regenerate them: python benchmarks/main_job.py record-ptx (and the compile checks), then "
+        "python benchmarks/main_job.py measure")
+    assert calls["ptx"]["recorded"] > 300 and calls["compile_check"]["recorded"] > 0
+
+
+@pytest.mark.nvcc
 def test_replay_rebuilds_the_shipped_library_exactly(replayed):
     db, summary = replayed
     assert summary["missing"] == []
