@@ -79,7 +79,7 @@ def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_p
         cfg = dataclasses.replace(load_config(config_path)[0].gate_config(), shapes=shapes)
     if arch is not None:
         cfg = dataclasses.replace(cfg, arch=arch)
-    store = open_db(db_path)
+    store = _gate_store(db_path)
     if replay:
         from klineage.store.recorded import import_recorded
         import_recorded(store)
@@ -122,6 +122,19 @@ def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_p
         if as_json:  # printed whatever stops the loop
             click.echo(json.dumps(rows, indent=1, default=str))
     sys.exit(_worst(codes))
+
+
+def _gate_store(db_path):
+    """The gate's database; while a run writes it, an in-memory one (the gate still guards, builds,
+    replays and reports, and says that nothing it finds is stored)."""
+    from klineage.store import open_store
+    from klineage.store.writer import WriterBusyError
+    try:
+        return open_db(db_path)
+    except WriterBusyError as exc:
+        click.echo(f"{str(exc).split(': wait for it')[0]}: this gate's results are not stored there (pass another "
+                   "--db to keep them)", err=True)
+        return open_store()
 
 
 def _worst(codes: set) -> int:

@@ -34,6 +34,11 @@ WORK_INFIX = ".writing-"
 WAL_SUFFIX = ".wal"
 
 
+class WriterBusyError(StoreError):
+    """Another process holds the database's writer lock (`held_by`: who, klineage.store.writer.holder)."""
+    held_by: dict = {}
+
+
 def lock_path(db: Path) -> Path:
     return db.with_name(db.name + LOCK_SUFFIX)
 
@@ -233,8 +238,10 @@ def acquire(db: Path) -> Writer:
         fd = _open_lock(db, blocking=False)
         if fd is None:
             info = holder(db) or {}
-            raise StoreError(f"{held_message(db, info)}: wait for it to end, or pass another --db PATH "
-                             "(reading commands such as `skills list` read the database meanwhile)")
+            err = WriterBusyError(f"{held_message(db, info)}: wait for it to end, or pass another --db PATH "
+                                  "(reading commands such as `skills list` read the database meanwhile)")
+            err.held_by = info
+            raise err
         try:
             notes = [n for n in [_recover(db, fd)] if n]
             work = db.with_name(f"{db.name}{WORK_INFIX}{os.getpid()}")

@@ -128,3 +128,21 @@ def test_one_process_opening_twice_shares_its_working_copy(tmp_path):
 def _kernels_after(store, db: Path) -> set[str]:
     store.close()
     return _kernels(db)
+
+
+@pytest.mark.nvcc
+def test_the_gate_works_while_a_run_writes_its_database(tmp_path):
+    db = tmp_path / "lib.duckdb"
+    _base(db)
+    w = _writer(db)
+    try:
+        r = CliRunner().invoke(main, ["gate", str(ROOT / "expert_kernels" / "row_sum" / "expert.cu"), "--config",
+                                      str(ROOT / "pipelines" / "mine.toml"), "--replay", "--db", str(db), "--quiet"])
+        assert r.exit_code == 0, r.output
+        assert "PASSED (replayed)" in r.stdout
+        assert f"pid {w.pid}" in r.stderr and "this gate's results are not stored there" in r.stderr
+    finally:
+        w.stdin.write("close\n")
+        w.stdin.flush()
+        w.wait(timeout=60)
+    assert _kernels(db) == {"k0", "k1"}
