@@ -57,9 +57,23 @@ def replayed(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shipped_skills():
-    r = CliRunner().invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json"])
+    r = CliRunner().invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json", "--full"])
     assert r.exit_code == 0, r.output
     return json.loads(r.output)
+
+
+@pytest.mark.nvcc
+def test_a_replay_runs_no_nvcc(replayed):
+    """The corpus records the compiler evidence of every kernel the main job audits
+    (skills_db/compiler/) and the compile scope's verdicts (skills_db/compile_checks.jsonl): a replay
+    starts no nvcc or ptxas, and counts what it read instead."""
+    _, summary = replayed
+    calls = summary["nvcc"]
+    assert calls["total"]["runs"] == 0, (
+        f"the replay ran nvcc or ptxas {calls['total']['runs']} times ({calls}): a change made kernels the records do "
+        "not hold; regenerate them: python benchmarks/main_job.py record-ptx (and the compile checks), then "
+        "python benchmarks/main_job.py measure")
+    assert calls["ptx"]["recorded"] > 300 and calls["compile_check"]["recorded"] > 0
 
 
 @pytest.mark.nvcc
@@ -330,7 +344,7 @@ def test_lineage_cli(tmp_path):
 
 def test_skills_why_and_stats():
     runner = CliRunner()
-    shipped = json.loads(runner.invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json"]).output)
+    shipped = json.loads(runner.invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json", "--full"]).output)
     sid = shipped[0]["skill_id"]
     r = runner.invoke(main, ["skills", "why", sid, "--db", str(SHIPPED), "--json"])
     assert r.exit_code == 0, r.output

@@ -44,7 +44,7 @@ class ApplyConfig:
     budget_steps: int = 16
     budget_usd: float | None = None
     budget_s: float | None = None
-    admission: bool = True
+    admission: bool | str = True  # True / "on": admitted skills only; "first": admitted first; False / "off"
     noise: float = 0.01
     platform: str = PLATFORM_H200
     model: str | None = None
@@ -75,6 +75,8 @@ class ApplyConfig:
     structural: dict | None = None
 
     def __post_init__(self):
+        if self.admission not in (True, False, "on", "first", "off"):
+            raise ValueError(f"admission = {self.admission!r}: choose on, first or off (true / false: on / off)")
         check_sweep_axes(self.sweep_axes)
         check_structural(self.structural)
 

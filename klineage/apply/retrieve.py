@@ -8,7 +8,9 @@ The target is described by facts anyone can check:
   bottleneck    from a gate run of the start kernel: fraction of copy bandwidth and of the bf16
                 tensor peak, and the class (memory / compute / latency), or "unknown" without one
 
-A skill is a candidate when it is admitted (unless admission is off, for ablation), its measured
+A skill is a candidate when it is admitted (with admission "on"; "first" ranks the admitted ones
+first, then the untried, then those admission tried that did not hold; "off" ignores admission, for
+ablation), its measured
 scope holds the target's platform exactly, its `requires` mechanisms are present, the mechanisms it
 `provides` are absent, none of its `conflicts` is present, and its preconditions hold for the
 workload. Preconditions are checked one by one, each with a verdict (holds / fails / unchecked) and
@@ -243,15 +245,26 @@ def card_of(row: dict) -> SkillCard:
                          "one this version mined") from exc
 
 
-def retrieve(skills: list[dict], t: TargetFacts, admission: bool = True, tried: set[str] | None = None) -> dict:
-    """{"candidates": [ranked entries], "excluded": [{skill_id, name, reasons, checks}]} for `skills`
-    (store.skills() rows: skill_id, name, mechanism, card), each card read as a SkillCard."""
+# admission "first": admitted skills, then those admission could not try (no rewrite yet, no other
+# workload to try it on), then those it tried that did not hold (a slowdown, not reproduced, failed)
+ADMISSION_TIER = {"admitted": 0, "pending": 1, "no_target": 1, "not_run": 1,
+                  "not_reproduced": 2, "slower": 2, "failed": 2}
+
+
+def retrieve(skills: list[dict], t: TargetFacts, admission: bool | str = True, tried: set[str] | None = None) -> dict:
+    """{"candidates": [ranked entries], "excluded": [{skill_id, name, reasons, checks}], "admission":
+    {mode, excluded, ranked_after}} for `skills` (store.skills() rows: skill_id, name, mechanism,
+    card), each card read as a SkillCard. `admission`: True or "on" (only admitted skills), "first"
+    (admitted skills ranked before the others), False or "off" (admission ignored)."""
+    mode = {True: "on", False: "off"}.get(admission, admission) if isinstance(admission, bool) else str(admission)
+    if mode not in ("on", "first", "off"):
+        raise ValueError(f"admission {admission!r}: choose on, first or off")
     cands, excluded = [], []
     for s in skills:
         card, mech = card_of(s), s["mechanism"]
         reasons = []
         adm = card.admission.status
-        if admission and adm != "admitted":
+        if mode == "on" and adm != "admitted":
             reasons.append(f"not admitted ({adm}: {card.admission.reason})".rstrip(": )") + ")")
         measured = card.scope.measured_platforms or card.scope.platforms
         if t.platform not in measured:
@@ -272,10 +285,13 @@ def retrieve(skills: list[dict], t: TargetFacts, admission: bool = True, tried: 
                     reasons.append(f"precondition ({c['category']}) fails: {c['condition']} — {c['reason']}")
         if tried and s["skill_id"] in tried:
             reasons.append("already tried on this kernel")
-        entry = {"skill_id": s["skill_id"], "name": s["name"], "mechanism": mech}
+        entry = {"skill_id": s["skill_id"], "name": s["name"], "mechanism": mech, "admission": adm}
         if reasons:
             excluded.append({**entry, "reasons": reasons, "checks": checks})
         else:
             cands.append({**entry, "terms": rank_terms(card, mech, t), "checks": checks})
-    cands.sort(key=lambda c: (-c["terms"]["score"], c["name"]))
-    return {"target": t.to_dict(), "candidates": cands, "excluded": excluded}
+    first = mode == "first"
+    cands.sort(key=lambda c: (ADMISSION_TIER.get(c["admission"], 1) if first else 0, -c["terms"]["score"], c["name"]))
+    counts = {"mode": mode, "excluded": sum(any(r.startswith("not admitted") for r in e["reasons"]) for e in excluded),
+              "ranked_after": sum(c["admission"] != "admitted" for c in cands) if first else 0}
+    return {"target": t.to_dict(), "candidates": cands, "excluded": excluded, "admission": counts}

@@ -23,6 +23,7 @@ from klineage.lineage.ladder import (ProposerError, RungOrder, Version, audit_la
 from klineage.lineage.proposal import Proposal, source_hash
 from klineage.mechanisms import ORDER, Kernel, registry
 from klineage.mechanisms.base import Applied, Feature
+from klineage.parse.source import launch_shapes
 
 
 class RulesProposer:
@@ -107,6 +108,12 @@ class VersionsProposer:
             prev = self.ladder[r]
             declared = self._declared(base, r, peeled)
             audit, mechs = audit_ladder_step(features, self.features[r], declared, self.detectable)
+            moved = launch_change(prev.source, source) if not declared else ""
+            if moved:  # kept in the step's audit; nothing is added where the step declares what it adds
+                audit = {**audit, "warnings": [
+                    f"the launch shape changes ({moved}) and {cur.label} declares no mechanism; the step is read as "
+                    f"{'+'.join(mechs) or 'nothing'} from the detectors alone: declare what reshapes the launch "
+                    "(// klineage-step: mechanism=NAME, or [steps] in versions/ladder.toml)"]}
             if audit["ok"] and len(mechs) > 1:
                 yield from self._peel(source, features, mechs, declared, self.features[r], (base, peeled), tried)
             config = {"version": cur.label, "previous": prev.label}
@@ -204,3 +211,13 @@ def make_proposer(name: str, workload_dir: Path | None = None, llm=None):
         from klineage.lineage.llm_proposer import LLMProposer
         return LLMProposer(llm)
     raise ProposerError(f"unknown proposer {name!r}: choose one of rules, versions, llm")
+
+
+def launch_change(simpler: str, richer: str) -> str:
+    """How a step read forward (simpler -> richer) changes the launches' (grid, block), in words, or ""
+    when every launch keeps its shape."""
+    a, b = launch_shapes(simpler), launch_shapes(richer)
+    if sorted(a) == sorted(b):
+        return ""
+    text = lambda shapes: "; ".join(f"<<<{g}, {blk}>>>" for g, blk in shapes) or "no launch"  # noqa: E731
+    return f"{text(a)} -> {text(b)}"

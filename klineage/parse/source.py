@@ -279,6 +279,39 @@ _LAUNCH = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}]*?>)?\s*<<<\s*([^;]*?)>>>")
 _BLOCKDIM = re.compile(r"\bblockDim\s*=\s*(?:dim3\s*)?\(?([^;]*?)\)?\s*;")
 
 
+_LAUNCH_CONFIG = re.compile(r"\b(gridDim|blockDim)\s*=\s*([^;]*?)\s*;")
+
+
+def launch_shapes(source: str) -> list[tuple[str, str]]:
+    """(grid, block) of each launch the host code writes, in file order, whitespace dropped: the
+    first two arguments of `k<<<grid, block, ...>>>` (a plain variable replaced by its last definition
+    before the launch: `dim3 grid(n / 4)`, `int threads = 256`), and a launch configuration's
+    `gridDim = ...` / `blockDim = ...` (cudaLaunchKernelEx). What a version changes when it reshapes
+    its launch."""
+    code, _ = strip_comments(source)
+    flat = lambda t: "".join(t.split())  # noqa: E731
+
+    def resolve(arg: str, at: int) -> str:
+        if not re.fullmatch(r"[A-Za-z_]\w*", arg):
+            return flat(arg)
+        defs = list(re.finditer(rf"\b(?:dim3|(?:const\s+)?(?:unsigned\s+)?(?:int|long|size_t|auto))\s+{arg}\s*"
+                                rf"(?:\(([^;]*)\)|=\s*([^;]*)|\{{([^;]*)\}})\s*;", code[:at]))
+        if not defs:
+            return arg
+        d = defs[-1]
+        return flat(next(g for g in d.groups() if g is not None))
+
+    out = []
+    for m in _LAUNCH.finditer(code):
+        args = split_top_level(m.group(2))
+        if len(args) >= 2:
+            out.append((resolve(args[0], m.start()), resolve(args[1], m.start())))
+    configs = [(k, flat(v)) for k, v in _LAUNCH_CONFIG.findall(code)]
+    grids, blocks = [v for k, v in configs if k == "gridDim"], [v for k, v in configs if k == "blockDim"]
+    out += list(zip(grids, blocks))
+    return out
+
+
 def launch_blocks(src: Src, kernels: set[str]) -> list[tuple[int, str]]:
     """(line, block-size expression) of the launches of `kernels` in host code: `k<<<g, b>>>`
     (directly or through a variable holding the kernel), cudaLaunchKernelEx with a config's
