@@ -30,22 +30,13 @@ from dataclasses import dataclass, field
 from klineage import settings
 from klineage.lineage.probe import KIND_TEXT
 from klineage.errors import StoreError
-from klineage.mechanisms import detect_all
+from klineage.mechanisms import detect_all, family_specs
 from klineage.records import SkillCard, as_card
 from klineage.records.skill_card import Precondition
 from klineage.workload import ALIAS_KEY, OFFSET_KEY, Workload, load_workload
 
 PLATFORM_H200 = "NVIDIA H200 (sm_90)"
 WEIGHTS = {"effect": 1.0, "family": 0.5, "shape": 0.3, "bottleneck": 0.5}
-# what each mechanism works on: memory traffic, instruction/latency overhead, or arithmetic
-ADDRESSES = {
-    "memory": {"vector_access", "cache_hint", "coarsening", "unroll", "restrict", "smem_staging", "smem_padding",
-               "tiled_transpose", "warp_per_row", "block_per_row", "register_cache", "launch_bounds",
-               "thread_block_cluster", "reduce_then_scan", "warp_reduction", "online_softmax"},
-    "compute": {"fast_math", "fast_exp2", "unroll", "launch_bounds", "register_cache"},
-    "latency": {"launch_bounds", "thread_block_cluster", "warp_reduction", "warp_scan", "block_scan",
-                "warp_per_row", "coarsening", "unroll", "radix_select", "bitonic_sort", "warp_bitonic"},
-}
 DTYPE_WORDS = {"bf16": "bfloat16", "bfloat16": "bfloat16", "__nv_bfloat16": "bfloat16", "fp16": "float16",
                "half": "float16", "float16": "float16", "fp32": "float32", "float32": "float32"}
 
@@ -204,6 +195,13 @@ def _family(workload: str) -> str:
     return workload_facts(workload)[0]
 
 
+def addresses(mechanism: str) -> frozenset[str]:
+    """The bottleneck classes a mechanism works on (memory traffic, arithmetic, instruction and
+    latency overhead): its family's (Family.addresses); none for a name no family declares."""
+    fam = family_specs().get(mechanism)
+    return fam.addresses if fam is not None else frozenset()
+
+
 def rank_terms(card: SkillCard, mechanism: str, t: TargetFacts) -> dict:
     med = card.effects.median_speedup or 1.0
     cases = card.effects.per_case
@@ -213,7 +211,7 @@ def rank_terms(card: SkillCard, mechanism: str, t: TargetFacts) -> dict:
         n = math.prod(v for k, v in c.shape.items() if k not in (OFFSET_KEY, ALIAS_KEY)) or 1
         shape = max(shape, 1.0 - min(1.0, abs(math.log10(n / max(t.elements, 1))) / 3.0))
     cls = t.bottleneck.get("class", "unknown")
-    fit = 0.5 if cls == "unknown" else (1.0 if mechanism in ADDRESSES.get(cls, set()) else 0.0)
+    fit = 0.5 if cls == "unknown" else (1.0 if cls in addresses(mechanism) else 0.0)
     terms = {"effect": max(-1.0, min(3.0, math.log2(med))) if med > 0 else -1.0, "family": family,
              "shape": round(shape, 4), "bottleneck": fit}
     terms["score"] = round(sum(WEIGHTS[k] * v for k, v in terms.items()), 4)

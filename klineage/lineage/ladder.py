@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from klineage.errors import KLineageError
-from klineage.mechanisms.audit import COMPANIONS, audit_version
+from klineage.mechanisms.audit import audit_version, companions_of
 from klineage.mechanisms.base import Feature
 from klineage.settings import display_path
 
@@ -295,7 +295,7 @@ def audit_ladder_step(richer: list[Feature], simpler: list[Feature], declared: t
     structural = [d for d in declared if d not in detectable]
     unseen = [d for d in declared if d in detectable and rich_n[d] <= simple_n[d]]
     seen = [d for d in declared if d in detectable and rich_n[d] > simple_n[d]]
-    absorbed = {c for d in declared for c in COMPANIONS.get(d, ())}
+    absorbed = {c for d in declared for c in companions_of(d)}
     undeclared = [a for a in added if a not in declared and a not in absorbed]
     mechanisms = tuple(sorted(set(structural) | set(seen) | set(undeclared)))
     why = []

@@ -21,7 +21,7 @@ from typing import Iterator
 from klineage.lineage.ladder import (ProposerError, RungOrder, Version, audit_ladder_step, ladder_from_folder,
                                      parent_index, structural_held)
 from klineage.lineage.proposal import Proposal, source_hash
-from klineage.mechanisms import ORDER, Kernel, registry
+from klineage.mechanisms import Kernel, order, registry
 from klineage.mechanisms.base import Applied, Feature
 
 
@@ -34,7 +34,7 @@ class RulesProposer:
     def propose(self, source: str, features: list[Feature], tried: set) -> Iterator[Proposal | tuple]:
         """Yields Proposal, or (feature, reason) for a removal whose rewrite did not apply."""
         k = Kernel(source)
-        for mech_name in ORDER:
+        for mech_name in order():
             mech = self.mechanisms.get(mech_name)
             if mech is None:
                 continue
@@ -131,7 +131,7 @@ class VersionsProposer:
         """Rules steps removing, one locus at a time, the mechanisms of a bundled step other than the
         one the ladder step keeps: its structural names, else the last declared of them in
         mechanisms.ORDER, else the last of them in that order."""
-        ruled = [m for m in ORDER if m in mechs]
+        ruled = [m for m in order() if m in mechs]
         keep = (set(mechs) - set(ruled)) or {([m for m in ruled if m in declared] or ruled)[-1]}
         gone = {f.key for f in features} - {f.key for f in simpler_feats}
         peel = [f for f in features if f.mechanism in ruled and f.mechanism not in keep and f.key in gone]

@@ -31,7 +31,7 @@ from klineage.errors import BudgetExhausted
 from klineage.mechanisms.audit import audit_rederived, audit_rules
 from klineage.lineage.ladder import audit_ladder_step
 from klineage.lineage.proposal import Proposal
-from klineage.mechanisms import ORDER, detect_all, registry
+from klineage.mechanisms import detect_all, order, registry
 from klineage.mechanisms.base import Feature
 from klineage.workload import Workload
 
@@ -80,7 +80,7 @@ class Walker:
     def lineage_id(self, start_source: str) -> str:
         return _digest({"walk": WALK_VERSION, "workload": self.workload.content_hash,
                         "start": kernel_hash(start_source), "proposers": [p.name for p in self.proposers],
-                        "limits": asdict(self.limits), "order": list(ORDER),
+                        "limits": asdict(self.limits), "order": list(order()),
                         "gate": {"seeds": list(self.gate.config.seeds), "timing": self.gate.config.timing,
                                  "arch": self.gate.config.arch}})
 
@@ -89,7 +89,7 @@ class Walker:
         lin = {"lineage_id": lid, "workload_name": self.workload.name, "workload_hash": self.workload.content_hash,
                "proposer": "+".join(p.name for p in self.proposers), "start_hash": kernel_hash(start_source),
                "config": {"limits": asdict(self.limits), "proposers": [p.name for p in self.proposers],
-                          "order": list(ORDER), "origin": origin, "walk_version": WALK_VERSION},
+                          "order": list(order()), "origin": origin, "walk_version": WALK_VERSION},
                "states": [], "transitions": [], "rejections": [], "remaining": [], "missing": self.missing}
         cur_src, cur_origin = start_source, origin
         cur_res = self.evaluate(cur_src, origin)

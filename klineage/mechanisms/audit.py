@@ -17,9 +17,9 @@ now) sees, or a removed mechanism the code still has. Versions steps (read
 forward, K_{i-1} -> K_i): no mechanism kind of K_{i-1} is lost; the kinds K_i adds are exactly the
 declared mechanism (with its companions) when a detector knows it, and none when the declared
 mechanism is one no detector sees (a structural step such as warp_per_row) or one a family covers
-(a ladder's `smem_tiling` is what the compiler sees as smem_staging, Mechanism.COVERS); a
+(a ladder's `smem_tiling` is what the compiler sees as smem_staging, Family.covers); a
 mechanism may take over another (asynchronous copies replace the register path of staging,
-Mechanism.REPLACES). A rung that adds two kinds is seen as bundled, whichever evidence saw them. Forward re-derivation: the re-derived kernel has
+Family.replaces). A rung that adds two kinds is seen as bundled, whichever evidence saw them. Forward re-derivation: the re-derived kernel has
 exactly the richer kernel's features, by both kinds of evidence.
 
 The record of a step keeps its source-detector form when the compiler's evidence does not change
@@ -28,15 +28,6 @@ the verdict; otherwise a `compiler` entry names what the compiler saw that decid
 from __future__ import annotations
 
 from klineage.mechanisms.base import Feature
-
-# Mechanisms that enter a kernel together in one step by the granularity rules: a software pipeline
-# is its asynchronous copies and the ring of stage buffers they fill (neither is written without the
-# other). A versions step declaring one may add the other.
-COMPANIONS: dict[str, frozenset[str]] = {
-    "async_copy": frozenset({"multistage_buffer"}),
-    "multistage_buffer": frozenset({"async_copy"}),
-}
-
 
 def _keys(fs: list[Feature]) -> set:
     return {f.key for f in fs}
@@ -148,18 +139,29 @@ def _compiled_changes(pb: dict, pa: dict, mechanism: str, at_change=None) -> dic
     return {k: _pairs(v) for k, v in out.items() if v}
 
 
+def _specs():
+    from klineage.mechanisms import family_specs
+    return family_specs()
+
+
+def companions_of(mechanism: str) -> frozenset[str]:
+    """Mechanisms that enter a kernel with `mechanism` in one step by the granularity rules
+    (Family.companions: a software pipeline is its asynchronous copies and the ring of stage buffers
+    they fill, neither written without the other). A versions step declaring one may add the other."""
+    fam = _specs().get(mechanism)
+    return fam.companions if fam is not None else frozenset()
+
+
 def covered_by(mechanism: str) -> set[str]:
     """Detectable families whose evidence covers a mechanism a ladder declares under another name
-    (Mechanism.COVERS)."""
-    from klineage.mechanisms import registry
-    return {m.NAME for m in registry().values() if mechanism in getattr(m, "COVERS", ())}
+    (Family.covers)."""
+    return {f.name for f in _specs().values() if mechanism in f.covers}
 
 
 def replaced_by(mechanisms) -> set[str]:
-    """Mechanisms the given ones take over when they enter a kernel (Mechanism.REPLACES)."""
-    from klineage.mechanisms import registry
-    reg = registry()
-    return {r for m in mechanisms if m in reg for r in getattr(reg[m], "REPLACES", ())}
+    """Mechanisms the given ones take over when they enter a kernel (Family.replaces)."""
+    specs = _specs()
+    return {r for m in mechanisms if m in specs for r in specs[m].replaces}
 
 
 def audit_version(before: list[Feature], after: list[Feature], mechanism: str, known: set[str]) -> dict:
@@ -190,13 +192,13 @@ def _version_verdict(before: list[Feature], after: list[Feature], mechanism: str
         # per-thread count beside a grid-stride loop): the step adds it all the same
         added_forward = sorted(added_forward + [mechanism])
     covers = covered_by(mechanism)
-    # a kind that a mechanism both kernels hold takes over (Mechanism.REPLACES) is no new kind when it
+    # a kind that a mechanism both kernels hold takes over (Family.replaces) is no new kind when it
     # appears: a register-path staging loop in a fallback kernel beside the asynchronous copies it
     # stands in for
     held = replaced_by(kinds_rich & kinds_simple)
     added_new = [a for a in added_forward if a == mechanism or a not in held]
     if mechanism in known:
-        allowed = {mechanism} | COMPANIONS.get(mechanism, frozenset())
+        allowed = {mechanism} | companions_of(mechanism)
         replaced = replaced_by(allowed)
         ok = set(lost_forward) <= replaced and set(added_new) <= allowed and count_rich > count_simple
         expect = f"only {mechanism} added" + (f" (with its companions {sorted(allowed - {mechanism})})"
@@ -252,9 +254,8 @@ def audit_structural(before: list[Feature], after: list[Feature], mechanism: str
     keeps move with it; audit_version), and by the shape recognisers' reading: `mechanism` is present
     after, nothing else they read appears and nothing goes."""
     v = audit_version(after, before, mechanism, known)
-    from klineage.mechanisms import registry
-    family = registry().get(mechanism)
-    written = frozenset(getattr(family, "WRITTEN_WITH", ()))
+    family = _specs().get(mechanism)
+    written = frozenset(family.written_with if family is not None else ())
     if not v["ok"] and written and not v["lost_forward"] and set(v["added_forward"]) - {mechanism} <= written:
         v = {**v, "ok": True, "reason": "", "companions": sorted(set(v["added_forward"]) & written)}
     gone, came = sorted(shape_before - shape_after), sorted(shape_after - shape_before)

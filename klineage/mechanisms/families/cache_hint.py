@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail, number_loci, squash
+from klineage.mechanisms.base import Applied, Family, Feature, Form, Kernel, Mechanism, NotApplicable, detail, \
+    number_loci, squash
 from klineage.parse.syntax import Edit, node_path
 
 LOADS = ("__ldg", "__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv")
@@ -190,3 +191,20 @@ def _root_ident(n):
 def _is_write_target(n) -> bool:
     p = n.parent
     return p is not None and p.type == "assignment_expression" and p.child_by_field_name("left") == n
+
+
+FAMILY = Family(
+    CacheHint, rank=10,
+    forms=(
+        Form("a cache-hint intrinsic on a global access: __ldg, __ldcs, __ldcg, __ldca, __ldlu, __ldcv, __stcs, "
+             "__stcg, __stwt, __stwb"),
+        Form("hand-written PTX loads and stores with a cache operator", rewritable=False),
+        Form("a project macro over the intrinsics (#define LDG(p) __ldg(p))", rewritable=False),
+    ),
+    compiler="global loads and stores carrying the cache operator the source asked for",
+    forward=("reoptimize",),
+    anchor_query=("(call_expression function: (identifier) @callee (#match? @callee "
+                  '"^__(ld|st)(g|cs|cg|ca|lu|cv|wt|wb)$"))'),
+    addresses=frozenset({"memory"}),
+    rules=("readonly_loads",),
+)
