@@ -19,6 +19,7 @@ from typing import Callable
 
 import jinja2
 
+from klineage.gate.compare import platform_of
 from klineage.mechanisms import family_specs, registry
 from klineage.records import to_plain
 from klineage.records.skill_card import CATEGORIES
@@ -48,12 +49,6 @@ def slug(text: str) -> str:
 
 def shape_text(shape: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in shape.items())
-
-
-def _platform(env: dict) -> str:
-    gpu = env.get("gpu") or "unknown GPU"
-    cap = env.get("capability")
-    return f"{gpu} (sm_{cap.replace('.', '')})" if cap else gpu
 
 
 def _diff(a: str, b: str, limit: int = 80) -> str:
@@ -162,7 +157,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
                 med_t = statistics.median(trials)
                 spread_t = (max(trials) - min(trials)) / med_t if med_t else 0.0
                 per_case.append({"workload": t["workload_name"], "shape": e["shape"], "shape_text": shape_text(e["shape"]),
-                                 "platform": _platform(t["env"]), "speedup": e["speedup"],
+                                 "platform": platform_of(t["env"]), "speedup": e["speedup"],
                                  "trial_speedups": e["trial_speedups"], "spread": spread_t,
                                  "workers": 1 + len(later),
                                  "worker_speedups": [e["speedup"]] + [x["speedup"] for x in later],

@@ -18,8 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-from klineage.lineage.ladder import (ProposerError, RungOrder, Version, audit_ladder_step, ladder_from_folder,
-                                     parent_index, structural_held)
+from klineage.lineage.ladder import (ProposerError, RungOrder, Version, ladder_from_folder, parent_index,
+                                     structural_held)
+from klineage.gate.compile import DEFAULT_ARCH
+from klineage.mechanisms.audit import audit_ladder_step, seen
 from klineage.lineage.proposal import Proposal, source_hash
 from klineage.mechanisms import Kernel, order, registry
 from klineage.mechanisms.base import Applied, Feature
@@ -70,9 +72,9 @@ class VersionsProposer:
     follows names fewer; the walk then stands on a kernel that is a rung less those mechanisms."""
     name = "versions"
 
-    def __init__(self, ladder: list[Version]):
+    def __init__(self, ladder: list[Version], arch: str = DEFAULT_ARCH):
         from klineage.mechanisms import detect_all
-        self.ladder = ladder
+        self.ladder, self.arch = ladder, arch
         self._index = {source_hash(v.source): i for i, v in enumerate(ladder)}
         # kernel hash -> (the rung it is, the mechanisms the rules removed from it on the way here)
         self._derived: dict[str, tuple[int, frozenset[str]]] = {}
@@ -80,7 +82,8 @@ class VersionsProposer:
         self.detectable = {m.NAME for m in registry().values() if m.DETECTABLE}
         self.held = structural_held(ladder, self.detectable)
         self.parent = [parent_index(ladder, i) for i in range(len(ladder))]
-        self.order = RungOrder(self.features, self.held)
+        # the rungs are ordered by what the evidence reads in each (klineage.mechanisms.audit.seen)
+        self.order = RungOrder([[f.feature for f in seen(fs, arch)[0]] for fs in self.features], self.held)
         self.rules = RulesProposer()
 
     @property
@@ -106,7 +109,7 @@ class VersionsProposer:
             tried.add(pair)
             prev = self.ladder[r]
             declared = self._declared(base, r, peeled)
-            audit, mechs = audit_ladder_step(features, self.features[r], declared, self.detectable)
+            audit, mechs = audit_ladder_step(features, self.features[r], declared, self.detectable, self.arch)
             if audit["ok"] and len(mechs) > 1:
                 yield from self._peel(source, features, mechs, declared, self.features[r], (base, peeled), tried)
             config = {"version": cur.label, "previous": prev.label}
@@ -190,13 +193,14 @@ class VersionsProposer:
 PROPOSERS = ("rules", "versions", "llm")
 
 
-def make_proposer(name: str, workload_dir: Path | None = None, llm=None):
+def make_proposer(name: str, workload_dir: Path | None = None, llm=None, arch: str = DEFAULT_ARCH):
+    """The proposer `name`; `arch` is the run's target, whose compiler evidence orders a ladder's rungs."""
     if name == "rules":
         return RulesProposer()
     if name == "versions":
         if workload_dir is None:
             raise ProposerError("the versions proposer needs a workload folder with a versions/ ladder")
-        return VersionsProposer(ladder_from_folder(workload_dir))
+        return VersionsProposer(ladder_from_folder(workload_dir), arch)
     if name == "llm":
         if llm is None:
             raise ProposerError("the llm proposer needs a model client: set ANTHROPIC_API_KEY (or --base-url for an "

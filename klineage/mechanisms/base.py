@@ -214,9 +214,3 @@ class Family:
     def builds_for(self, arch: str) -> bool:
         """Whether a target has the mechanism's hardware (an arch outside `scope` does not)."""
         return not self.scope or arch in self.scope
-
-
-def targets_from(first: str) -> tuple[str, ...]:
-    """The targets from `first` on (a Family's scope: sm_80 and newer, ...), in ARCHS order."""
-    from klineage.gate.compile import ARCHS
-    return ARCHS[ARCHS.index(first):]

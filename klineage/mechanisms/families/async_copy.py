@@ -1,7 +1,8 @@
 """Asynchronous global->shared copies, any engine (an umbrella over tma)."""
 from __future__ import annotations
 
-from klineage.mechanisms.base import Family, Form, targets_from
+from klineage.gate.compile import targets_from
+from klineage.mechanisms.base import Family, Form
 from klineage.mechanisms.families._pipeline import (_BULK_COPY, _CP_API, _CP_ASYNC, _CP_GROUP, _CP_WAIT, _bulk_destination,
                                                     _bulk_loads, _stage_names, _stages)
 from klineage.mechanisms.structural import _joined, _lines, _ptx_sites, _Structural

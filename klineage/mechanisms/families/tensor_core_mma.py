@@ -1,7 +1,8 @@
 """Tensor-core matrix multiply-accumulate, any flavour (an umbrella over wgmma)."""
 from __future__ import annotations
 
-from klineage.mechanisms.base import Family, Form, targets_from
+from klineage.gate.compile import targets_from
+from klineage.mechanisms.base import Family, Form
 from klineage.mechanisms.families._pipeline import (_C_TYPES, _LDMATRIX, _MMA_PTX, _WMMA_API, _WMMA_BARE, _WMMA_FRAG,
                                                     _ptx_types, _wgmma_info)
 from klineage.mechanisms.structural import _joined, _lines, _ptx_sites, _Structural

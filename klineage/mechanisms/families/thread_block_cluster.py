@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from klineage.mechanisms.base import Family, Feature, Form, Kernel, Mechanism, detail, targets_from
+from klineage.gate.compile import targets_from
+from klineage.mechanisms.base import Family, Feature, Form, Kernel, Mechanism, detail
 from klineage.mechanisms.structural import _ptx_sites
 from klineage.parse import syntax
 

@@ -1,7 +1,8 @@
 """The Tensor Memory Accelerator (sm_90): bulk tensor copies."""
 from __future__ import annotations
 
-from klineage.mechanisms.base import Family, Form, targets_from
+from klineage.gate.compile import targets_from
+from klineage.mechanisms.base import Family, Form
 from klineage.mechanisms.families._pipeline import _BULK_COPY, _MBARRIER, _TMA_OTHER, _bulk_loads, _stage_names, _stages
 from klineage.mechanisms.structural import _joined, _lines, _ptx_sites, _Structural
 
