@@ -259,16 +259,23 @@ class RungOrder:
     structural names each holds (structural_held)."""
 
     def __init__(self, features: list[list[Feature]], structural: list[frozenset[str]] | None = None):
+        from klineage.mechanisms.audit import replaced_by
         self.kinds = [frozenset(f.mechanism for f in fs) | (structural[i] if structural else frozenset())
                       for i, fs in enumerate(features)]
+        # what a rung holds, with what its mechanisms take over (asynchronous copies replace the register
+        # staging of a rung written before them): a rung holding that instead still lies below it
+        self.covers = [k | replaced_by(k) for k in self.kinds]
         n = len(self.kinds)
         self.height = [0] * n
-        for j in sorted(range(n), key=lambda i: (len(self.kinds[i]), i)):  # a linear extension of `below`
-            self.height[j] = max((self.height[i] + 1 for i in range(n) if self.below(i, j)), default=0)
+        for _ in range(n):  # longest chain below each rung (`below` is acyclic)
+            for j in range(n):
+                self.height[j] = max((self.height[i] + 1 for i in range(n) if self.below(i, j)), default=0)
 
     def below(self, a: int, b: int) -> bool:
+        """Rung a lies below rung b: b holds (or takes over) everything a holds and more, or the same with
+        a earlier in file order."""
         ka, kb = self.kinds[a], self.kinds[b]
-        return ka < kb or (ka == kb and a < b)
+        return a != b and ka <= self.covers[b] and (not kb <= self.covers[a] or a < b)
 
     def candidates(self, top: int) -> list[int]:
         """The rungs below `top`, the one with the longest chain below it first, then the later file."""

@@ -166,7 +166,7 @@ class VersionsProposer:
                 continue
             top = len(self.ladder) - 1
             if not self.order.below(i, top):
-                extra = sorted(self.order.kinds[i] - self.order.kinds[top])
+                extra = sorted(self.order.kinds[i] - self.order.covers[top])
                 why = f"it has {extra}, which the top of the ladder ({self.top.label}) lacks: not below it"
             elif self.order.below(i, low):
                 why = f"the walk ended at {self.ladder[low].label}, above it"
