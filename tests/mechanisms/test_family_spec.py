@@ -2,8 +2,10 @@
 under klineage/) is picked up by detection, the rules walk's order, the static rules, retrieval and lift."""
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import tree_sitter as ts
@@ -31,8 +33,11 @@ def test_the_registry_is_the_families_in_rank_order():
 
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_a_spec_is_complete(name):
-    fam: Family = SPECS[name]
-    m = fam.mechanism
+    _complete(SPECS[name])
+
+
+def _complete(fam: Family) -> None:
+    name, m = fam.name, fam.mechanism
     assert fam.description.strip(), "a family says what it is (DESCRIPTION)"
     assert fam.addresses and fam.addresses <= set(BOTTLENECKS), "the bottleneck classes it relieves"
     assert set(fam.rules) <= {r.name for r in RULES} - {"hardware"}
@@ -42,10 +47,10 @@ def test_a_spec_is_complete(name):
     for cat, items in fam.preconditions.items():
         assert cat in CATEGORIES and items
         assert all(it["condition"].strip() and it["fails_without"].strip() for it in items)
-    others = set(SPECS) - {name}
+    others = set(family_specs()) - {name}
     assert {c for _, c in fam.conflicts} <= others and all(a for a, _ in fam.conflicts)
     assert set(fam.companions) | set(fam.replaces) | set(fam.written_with) <= others
-    assert not set(fam.covers) & set(SPECS), "covers names what a ladder calls it, not another family"
+    assert not set(fam.covers) & set(family_specs()), "covers names what a ladder calls it, not another family"
     assert m.COMPILED_MATCH in ("lines", "function")
     if not m.DETECTABLE:  # only a ladder or an LLM names it
         assert not fam.forms and not fam.compiler and not fam.rewritable
@@ -68,37 +73,16 @@ def test_the_rules_walk_order_is_the_rewritable_families():
     assert order()[:2] == ("cache_hint", "fast_math")  # a hint wraps the load a vector access makes
 
 
-TOY = '''
-"""A toy family for the test: a call of `toy_hint(x)` is the mechanism; removing it leaves `x`."""
-from klineage.mechanisms.base import Applied, Family, Feature, Form, Mechanism, NotApplicable, detail
-from klineage.parse.syntax import Edit, walk
+DOC = Path(__file__).resolve().parents[2] / "docs" / "adding-a-family.md"
 
 
-class ToyHint(Mechanism):
-    NAME = "toy_hint"
-    DESCRIPTION = "a toy hint around a value"
-    PRECONDITIONS = {"layout": [{"condition": "the toy holds", "fails_without": "nothing"}]}
+def doc_family() -> str:
+    """The example family module of docs/adding-a-family.md, as the page shows it."""
+    m = re.search(r"^```python file=klineage/mechanisms/families/assume_aligned\.py\n(.*?)^```", DOC.read_text(),
+                  re.S | re.M)
+    assert m, "docs/adding-a-family.md shows the example family module"
+    return m.group(1)
 
-    def _calls(self, k):
-        return [n for n in walk(k.tree.root) if n.type == "call_expression"
-                and k.tree.text_of(n.child_by_field_name("function")) == "toy_hint"]
-
-    def detect(self, k):
-        return [Feature(self.NAME, f"{k.function_of(n)}:{k.tree.text_of(n)}", k.lines(n), anchor="toy call",
-                        detail=detail(calls=1)) for n in self._calls(k)]
-
-    def deoptimize(self, k, feature):
-        for n in self._calls(k):
-            if f"{k.function_of(n)}:{k.tree.text_of(n)}" == feature.locus:
-                arg = k.tree.text_of(n.child_by_field_name("arguments"))[1:-1]
-                return Applied(k.tree.edit([Edit(n.start_byte, n.end_byte, arg)]), self.NAME, feature.locus,
-                               k.tree.text_of(n), arg)
-        return NotApplicable("no such call")
-
-
-FAMILY = Family(ToyHint, rank=15, forms=(Form("a call of toy_hint(x)"),), anchor_query="(call_expression) @call",
-                addresses=frozenset({"compute"}), rules=("restrict",))
-'''
 
 TOY_DECLARED = '''
 [toy_declared]
@@ -116,39 +100,46 @@ fails_without = "a toy deadlock"
 def toy(tmp_path, monkeypatch):
     """A folder on the families package's path holding one more family module and a declared.toml."""
     import klineage.mechanisms.families as pkg
-    (tmp_path / "toy_hint.py").write_text(TOY)
+    (tmp_path / "assume_aligned.py").write_text(doc_family())
     (tmp_path / "declared.toml").write_text(TOY_DECLARED)
     monkeypatch.setattr(pkg, "__path__", [*pkg.__path__, str(tmp_path)])
     yield
-    sys.modules.pop("klineage.mechanisms.families.toy_hint", None)
+    sys.modules.pop("klineage.mechanisms.families.assume_aligned", None)
 
 
-def test_a_family_added_as_one_module_is_picked_up_everywhere(toy):
+def test_the_family_of_the_adding_a_family_page_is_picked_up_everywhere(toy):
+    """The page's example module dropped on the families path (and a declared.toml beside it): no
+    edit under klineage/."""
     from klineage.apply.retrieve import addresses
     from klineage.lineage.lift import _anchor_query
     from klineage.lineage.proposers import RulesProposer
     specs = family_specs()
-    assert "toy_hint" in registry() and "toy_declared" in registry()
-    assert list(specs).index("toy_hint") == 1  # rank 15: after cache_hint, before fast_math
-    assert order()[:3] == ("cache_hint", "toy_hint", "fast_math")
+    assert "assume_aligned" in registry() and "toy_declared" in registry()
+    assert list(specs).index("assume_aligned") == 1  # rank 15: after cache_hint, before fast_math
+    assert order()[:3] == ("cache_hint", "assume_aligned", "fast_math")
+    fam = specs["assume_aligned"]
+    _complete(fam)
     src = textwrap.dedent("""\
-        __device__ float toy_hint(float x) { return x; }
-        __global__ void k(float *__restrict__ y, const float *__restrict__ x) {
-            y[threadIdx.x] = toy_hint(x[threadIdx.x]) * 2.0f;  // toy family test kernel
+        __global__ void k(float *__restrict__ y, const float *__restrict__ x, int n) {
+            const float4 *x4 = (const float4 *)__builtin_assume_aligned(x, 16);
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n / 4) y[i] = x4[i].x;  // the example family's test kernel
         }
         """)
     feats = detect_all(src)
-    toy_feat = next(f for f in feats if f.mechanism == "toy_hint")
-    assert toy_feat in detect_seen(src)
-    # the rules walk proposes it, in its rank
+    mine = next(f for f in feats if f.mechanism == "assume_aligned")
+    assert mine.locus == "k:x" and mine in detect_seen(src)
+    # the rules walk proposes it in its rank, and its reoptimize puts it back
     props = [p for p in RulesProposer().propose(src, feats, set()) if not isinstance(p, tuple)]
-    assert [p.mechanism for p in props][:1] == ["toy_hint"] and "toy_hint(" not in props[0].source.split("}", 1)[1]
-    # its static rules (restrict) run for it, and only those
-    pre = static_preconditions(src, "toy_hint", toy_feat.to_dict())
-    assert pre and all("restrict" in p["condition"] or "alias" in p["condition"] for p in pre)
+    assert props[0].mechanism == "assume_aligned" and "__builtin_assume_aligned" not in props[0].source
+    assert RulesProposer().rederive(props[0]) == src
+    # its static rules (vector_cast) run for it, and only those
+    pre = static_preconditions(src, "assume_aligned", mine.to_dict())
+    assert pre and all(p["category"] in ("data_types", "layout") for p in pre)
+    assert static_preconditions(src, "assume_aligned", mine.to_dict()) != static_preconditions(src, "restrict")
     # retrieval's bottleneck term and lift's anchor read the spec
-    assert addresses("toy_hint") == {"compute"} and addresses("toy_declared") == {"latency"}
-    assert _anchor_query(specs["toy_hint"]) == "(call_expression) @call"
+    assert addresses("assume_aligned") == {"memory"} and addresses("toy_declared") == {"latency"}
+    assert _anchor_query(fam) == fam.anchor_query
     declared = registry()["toy_declared"]
     assert declared.DETECTABLE is False and declared.PRECONDITIONS["pipeline"][0]["condition"] == "the toy pipeline runs"
 
