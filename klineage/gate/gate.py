@@ -98,7 +98,8 @@ def _show(v) -> str:
     return "none" if v is None or v == [] else (" ".join(map(str, v)) if isinstance(v, list) else str(v))
 
 
-# Instructions that build for some targets only: (pattern, what, the targets that have it).
+# Instructions that build for some targets only: (pattern, what, the targets that have it). "wgmma" here
+# is the instruction as nvcc names it, not the family (the gate sits below the mechanism families).
 _ARCH_ONLY = (
     (re.compile(r"\bwgmma\."), "wgmma", ("sm_90a",)),
     (re.compile(r"\bsetmaxnreg\b"), "setmaxnreg", ARCH_SPECIFIC),
