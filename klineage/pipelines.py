@@ -31,6 +31,7 @@ from pathlib import Path
 
 from klineage.config import ApplyFile, HeldoutFile, validate
 from klineage.errors import KLineageError, read_toml
+from klineage.gate.compile import DEFAULT_ARCH
 
 KINDS = ("mine", "apply", "heldout")
 
@@ -143,7 +144,8 @@ def _apply_pipeline(path: Path, raw: dict) -> ApplyPipeline:
     try:
         cfg = ApplyConfig(materializers=mats, budget_steps=ap.get("budget_steps", 16), budget_usd=ap.get("budget_usd"),
                           budget_s=ap.get("budget_s"), admission=ap.get("admission", "first"), model=ap.get("model"),
-                          sweep_axes=ap.get("sweep_axes", "source"), structural=_structural_mode(ap.get("structural")))
+                          sweep_axes=ap.get("sweep_axes", "source"), structural=_structural_mode(ap.get("structural")),
+                          arch=gate.get("arch") or DEFAULT_ARCH)
     except ValueError as e:
         raise PipelineError(f"{path}: [apply]: {e}") from None
     return ApplyPipeline(wl, start, cfg, dict(gate), ap.get("base_url"), base / ap["out"] if "out" in ap else None,

@@ -77,7 +77,8 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
         mats = tuple(materializers) or ("rules", "sweep")
         cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
                           admission=admission, model=model, sweep_axes=sweep_axes,
-                          structural={"mode": "library"} if structural == "library" else None)
+                          structural={"mode": "library"} if structural == "library" else None,
+                          arch=arch or DEFAULT_ARCH)
         llm = make_llm(mats, model, base_url, budget_usd, dry_run)
         gate_config = None if arch is None else GateConfig(arch=arch)
         check_start_compiles(start, str(start_path), arch or DEFAULT_ARCH)
@@ -153,7 +154,7 @@ def apply_plan(skills: list[dict], wl, start: str, cfg, llm, arch: str) -> dict:
     from klineage.apply.retrieve import retrieve, target_facts
     if not skills:
         raise bad_input("the library is empty: pass --db with a copy of skills_db/skills.duckdb, or mine first")
-    facts = target_facts(wl, start, cfg.platform, None)
+    facts = target_facts(wl, start, cfg.arch, None)
     got = retrieve(skills, facts, admission=cfg.admission)
     by_id = {s["skill_id"]: s for s in skills}
     plan = {"dry_run": True, "workload": wl.name, "materializers": list(cfg.materializers),

@@ -90,31 +90,44 @@ def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_p
     try:
         for i, k in enumerate(kernels):
             gate.on_phase = lambda phase, _k=k: progress.update("gate", note=f"{_k.name}: {phase}", say=True)
+            configs: list = [None]
             try:
                 wl = load_workload(workload_dir or find_workload_for(k))
-                res = gate.evaluate_file(k, wl, replay=replay, remeasure=remeasure)
-            except KLineageError as exc:  # reported with what was done before it; the next kernel goes on
-                if not as_json and getattr(exc, "exit_code", None) == ExitCode.BAD_INPUT:
-                    raise  # bad input is one line that names the fix
-                row = {"kernel": str(k), "status": None, "error": str(exc), "error_kind": type(exc).__name__,
-                       **getattr(exc, "partial", {})}
-                if getattr(exc, "differs", None):
-                    row["differs"] = {f: {"recorded": a, "asked": b} for f, (a, b) in exc.differs.items()}
-                    if "timing" in exc.differs:
-                        row["error"] += _timing_hint(exc.differs["timing"][0])
-                codes.add(ExitCode(int(getattr(exc, "exit_code", ExitCode.FAILED))))
-                text = format_gate_stop(str(k), row)
-            else:
-                row = {"kernel": str(k), **res.to_dict()}
-                if row.get("error_message"):
-                    from klineage.gate.compile import named
-                    row["error_message"] = named(row["error_message"], str(k))
-                codes.add(ExitCode.OK if res.passed else ExitCode.VERDICT)
-                text = format_gate_result(str(k), res)
-            rows.append(row)
+                # a workload with a LAUNCH axis: the kernel at each launch configuration (the default first)
+                configs = wl.launch_configs() or [None]
+            except KLineageError as exc:
+                wl = exc
+            for values in configs:
+                name = str(k) if values is None else f"{k} (launch {', '.join(f'{a}={v}' for a, v in values.items())})"
+                try:
+                    if isinstance(wl, KLineageError):
+                        raise wl
+                    res = gate.evaluate_file(k, wl if values is None else wl.with_launch(values), replay=replay,
+                                             remeasure=remeasure)
+                except KLineageError as exc:  # reported with what was done before it; the next kernel goes on
+                    if not as_json and getattr(exc, "exit_code", None) == ExitCode.BAD_INPUT:
+                        raise  # bad input is one line that names the fix
+                    row = {"kernel": str(k), "status": None, "error": str(exc), "error_kind": type(exc).__name__,
+                           **getattr(exc, "partial", {})}
+                    if getattr(exc, "differs", None):
+                        row["differs"] = {f: {"recorded": a, "asked": b} for f, (a, b) in exc.differs.items()}
+                        if "timing" in exc.differs:
+                            row["error"] += _timing_hint(exc.differs["timing"][0])
+                    codes.add(ExitCode(int(getattr(exc, "exit_code", ExitCode.FAILED))))
+                    text = format_gate_stop(name, row)
+                else:
+                    row = {"kernel": str(k), **res.to_dict()}
+                    if row.get("error_message"):
+                        from klineage.gate.compile import named
+                        row["error_message"] = named(row["error_message"], str(k))
+                    codes.add(ExitCode.OK if res.passed else ExitCode.VERDICT)
+                    text = format_gate_result(name, res)
+                if values is not None:
+                    row["launch"] = values
+                rows.append(row)
+                if not as_json:
+                    click.echo(text)
             progress.update("gate", advance=1, note=f"{k.name}: {row['status'] or 'no verdict'}")
-            if not as_json:
-                click.echo(text)
     finally:
         progress.close()
         gate.close()

@@ -35,6 +35,30 @@ DEFAULT_ARCH = "sm_90a"
 # "a" forms where nvcc 13 has them (wgmma and setmaxnreg assemble for sm_90a only)
 ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_103", "sm_103a",
          "sm_120", "sm_120a", "sm_121")
+# What the rest of KLineage knows of targets is read off ARCHS: the arch-specific targets, those from
+# one on, the compile scope a mined step is checked over (one target of each generation), and the
+# shared memory each target gives a block.
+ARCH_SPECIFIC = tuple(a for a in ARCHS if a.endswith("a"))
+SCOPE_ARCHS = tuple(a for a in ARCHS if a in ("sm_80", "sm_89", "sm_90a", "sm_100", "sm_120"))
+KIB = 1024
+# Shared memory per block, from the CUDA C++ Programming Guide's per-arch figures (technical
+# specifications per compute capability): a static `__shared__` allocation is limited to 48 KiB;
+# dynamic shared memory above 48 KiB needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize), up to
+# the opt-in maximum below.
+SMEM_STATIC_LIMIT = 48 * KIB
+SMEM_OPTIN_MAX = {"sm_80": 163 * KIB, "sm_86": 99 * KIB, "sm_89": 99 * KIB, "sm_90": 227 * KIB,
+                  "sm_100": 227 * KIB, "sm_120": 99 * KIB}
+# Observed, not in the guide: ptxas (nvcc 13.0) accepts static shared memory up to the opt-in
+# maximum for the arch-specific sm_90a target ("0x38c00 max"; 0xc000 for sm_90 and the others), and
+# an H200 launches a 227 KiB static kernel built for sm_90a without any attribute.
+SMEM_STATIC_LIMIT_BY_TARGET = {"sm_90a": 227 * KIB}
+SMEM_TARGETS = tuple(a for a in ARCHS if a in SMEM_OPTIN_MAX or a in SMEM_STATIC_LIMIT_BY_TARGET)
+
+
+def targets_from(first: str) -> tuple[str, ...]:
+    """The targets from `first` on (sm_90 and newer, ...), in ARCHS order."""
+    return ARCHS[ARCHS.index(first):]
+
 BASE_FLAGS = ("-O3", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-lineinfo")
 COMPILE_TIMEOUT_S = 120.0  # KLINEAGE_NVCC_TIMEOUT_S overrides
 NO_NVCC = "nvcc not found on PATH: install the CUDA toolkit (nvcc 13) or add it to PATH"

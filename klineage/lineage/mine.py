@@ -121,7 +121,7 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
 
     def walk(tgt: Target):
         wl = load_workload(tgt.workload_dir)
-        proposer = make_proposer(tgt.proposer, tgt.workload_dir, llm=llm)
+        proposer = make_proposer(tgt.proposer, tgt.workload_dir, llm=llm, arch=gate.config.arch)
         label = f"{wl.name}/{tgt.proposer}"
         walker = Walker(gate, wl, [proposer], run.limits, replay=replay,
                         progress=(lambda ev, _l=label, **kw: progress(_l, ev, **kw)) if progress else None)
@@ -257,7 +257,7 @@ def dry_run(run: MineRun, progress: Callable[..., None] | None = None, llm=None)
            "lineages": []}
     for tgt in run.targets:
         wl = load_workload(tgt.workload_dir)
-        proposer = make_proposer(tgt.proposer, tgt.workload_dir, llm=llm)
+        proposer = make_proposer(tgt.proposer, tgt.workload_dir, llm=llm, arch=gate.config.arch)
         label = f"{wl.name}/{tgt.proposer}"
         walker = Walker(gate, wl, [proposer], run.limits,
                         progress=(lambda ev, _l=label, **kw: progress(_l, ev, **kw)) if progress else None)
@@ -296,7 +296,8 @@ def proposal_log(lin: dict) -> list[dict]:
             a = t["audit"]
             why = (f"removed exactly this, kept the {a['kept']} other features"
                    if a.get("kind") == "rules" else f"adds forward {a.get('added_forward') or 'nothing detected'}"
-                   + (f", declared {a['declared']}" if a.get("declared") else ""))
+                   + (f", declared {a['declared']}" if a.get("declared") else "")
+                   + (f" ({a['disagrees']})" if a.get("disagrees") else ""))
             out.append({"step": k + 1, "proposer": t["proposer"], "mechanism": t["mechanism"], "locus": t["locus"],
                         "verdict": "accepted", "stage": "audit", "reason": why, "gate": ASSUMED,
                         **({"mechanisms": t["mechanisms"]} if t.get("mechanisms") else {})})

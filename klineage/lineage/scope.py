@@ -21,10 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from klineage import settings
-from klineage.gate.compile import arch_flags, count_cached, nvcc_version, out_of_memory, run_nvcc
+from klineage.gate.compile import SCOPE_ARCHS, arch_flags, count_cached, nvcc_version, out_of_memory, run_nvcc
 from klineage.parse.semantics import analyze
 
-ARCHS = ("sm_80", "sm_89", "sm_90a", "sm_100", "sm_120")
+ARCHS = SCOPE_ARCHS  # one target of each generation (klineage.gate.compile)
 CHECK_FLAGS = ("-cubin",)
 CHECK_TIMEOUT_S = 120.0
 UNSUPPORTED = "arch not supported by this nvcc"

@@ -16,20 +16,6 @@ from klineage.parse.text import split_top_level, strip_comments
 
 CATEGORIES = ("data_types", "layout", "storage", "pipeline", "hardware")
 PROBES = ("misaligned_base", "ragged_size", "large_magnitude", "tiny_size")
-KIB = 1024
-
-# Shared memory per block, from the CUDA C++ Programming Guide's per-arch figures (technical
-# specifications per compute capability): a static `__shared__` allocation is limited to 48 KiB;
-# dynamic shared memory above 48 KiB needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize), up to
-# the opt-in maximum below.
-SMEM_STATIC_LIMIT = 48 * KIB
-SMEM_OPTIN_MAX = {"sm_80": 163 * KIB, "sm_86": 99 * KIB, "sm_89": 99 * KIB, "sm_90": 227 * KIB,
-                  "sm_100": 227 * KIB, "sm_120": 99 * KIB}
-# Observed, not in the guide: ptxas (nvcc 13.0) accepts static shared memory up to the opt-in
-# maximum for the arch-specific sm_90a target ("0x38c00 max"; 0xc000 for sm_90 and the others), and
-# an H200 launches a 227 KiB static kernel built for sm_90a without any attribute.
-SMEM_STATIC_LIMIT_BY_TARGET = {"sm_90a": 227 * KIB}
-SMEM_TARGETS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120")
 
 ELEMENT_BYTES = {"float": 4, "double": 8, "int": 4, "unsigned int": 4, "unsigned": 4, "uint32_t": 4,
                  "int32_t": 4, "int64_t": 8, "uint64_t": 8, "long long": 8, "unsigned long long": 8, "short": 2,
