@@ -6,8 +6,9 @@ import re
 
 from klineage.mechanisms.base import Kernel, squash
 from klineage.mechanisms.elementwise import _balanced, _norm
-from klineage.mechanisms.shapes.rowwise.model import (_BLOCK_ROW, _EXP_FNS, _FLOATING, _NA, _TEAM, _WARP_ROW, BLOCK,
-                                                      DEFAULT_THREADS, WARP, Online, Pass, Row, _line_start)
+from klineage.mechanisms.shapes.rowwise.model import (_BLOCK_ROW, _EXP_FNS, _FLOATING, _LINE_DECL, _LINE_NOTE, _NA,
+                                                      _WARP_ROW, BLOCK, DEFAULT_THREADS, WARP, Online, Pass, Row,
+                                                      _line_row, _line_start, _team)
 from klineage.mechanisms.shapes.rowwise.read import _code, _combine_lines, _kernels, read_row
 from klineage.parse import syntax
 from klineage.parse.syntax import Edit
@@ -36,6 +37,16 @@ def _helper(op: str, ctype: str, fn: str, gran: str, combine: str) -> str:
                 "__syncthreads();", "for (unsigned o = blockDim.x / 2; o > 0; o >>= 1) {",
                 f"{u}if (t < o) kl_tree[t] = {_combine_expr(op, fn, 'kl_tree[t]', 'kl_tree[t + o]')};",
                 f"{u}__syncthreads();", "}", "v = kl_tree[0];", "__syncthreads();", "return v;"]
+    elif gran == "line" and combine == "tree":
+        body = ["// a line's threads (one lane of each warp) meet in a shared-memory tree across the warps",
+                "// (blockDim.x / 32 a power of two); every thread gets its line's result",
+                f"__shared__ {ctype} kl_tree[1024];", "const unsigned t = threadIdx.x;", "kl_tree[t] = v;",
+                "__syncthreads();", "for (unsigned o = blockDim.x / 2; o >= 32; o >>= 1) {",
+                f"{u}if (t < o) kl_tree[t] = {_combine_expr(op, fn, 'kl_tree[t]', 'kl_tree[t + o]')};",
+                f"{u}__syncthreads();", "}", "v = kl_tree[t % 32];", "__syncthreads();", "return v;"]
+    elif gran == "line":
+        raise _NA("a line's threads are one lane of each warp: no warp shuffle reaches them (the combine stays a "
+                  "shared-memory tree)")
     elif gran == "warp":
         body = ["// the warp's 32 lanes combine in registers: a butterfly of shuffles, every lane gets the result",
                 f"for (int o = 16; o > 0; o >>= 1) {step}", "return v;"]
@@ -84,22 +95,29 @@ def _threads(row: Row, gran: str, config: dict) -> int:
         v = max(32, v - v % 32)
     else:
         v = 1 << (v.bit_length() - 1)
-    return max(32, v)
+    return max(64 if gran == "line" and limit >= 64 else 32, v)
 
 
 def to_granularity(row: Row, gran: str, config: dict) -> str:
-    """The thread-per-row kernel `row` with each row shared by a warp or a block."""
+    """The thread-per-row kernel `row` with each row shared by a warp or a block; a strided row
+    ("line") shared by the warps of a block, 32 neighbouring lines a block."""
     if row.gran != "thread":
         raise _NA(f"the row is already shared by a {row.gran}: this rewriter shares a thread's row only")
     if row.launch is None:
         raise _NA("the kernel is not launched once in this file with grid, block and every argument")
     data = row.source.encode()
     ind = row.body_indent
-    edits = [Edit(*row.row_init, _WARP_ROW if gran == "warp" else _BLOCK_ROW)]
+    if gran == "line":
+        at = _line_start(data, row.row_decl[0])
+        lead = data[at:row.row_decl[0]].decode()
+        edits = [Edit(*row.row_init, _line_row(row.rows)),
+                 Edit(at, at, (lead if not lead.strip() else "") + _LINE_DECL + _LINE_NOTE + "\n")]
+    else:
+        edits = [Edit(*row.row_init, _WARP_ROW if gran == "warp" else _BLOCK_ROW)]
     nl = data.find(b"\n", row.guard_end)
-    edits.append(Edit(nl + 1, nl + 1, ind + _TEAM[gran] + "\n"))
+    edits.append(Edit(nl + 1, nl + 1, ind + _team(gran, row.rows) + "\n"))
     for p in row.passes:
-        edits += [Edit(*p.init, "kl_t"), Edit(*p.update, f"{p.var} += kl_n")]
+        edits += [Edit(*p.init, "kl_t" if not p.first else f"kl_t + {p.first}"), Edit(*p.update, f"{p.var} += kl_n")]
         lines = _combine_lines(p)
         if lines:
             edits.append(Edit(p.end, p.end, "".join("\n" + p.indent + ln for ln in lines)))
@@ -108,7 +126,8 @@ def to_granularity(row: Row, gran: str, config: dict) -> str:
     threads = _threads(row, gran, config)
     lau = row.launch
     macro = lau.macro or f"{row.prefix}_ROW_THREADS"
-    grid = (f"({lau.rows_arg} + {macro} / 32 - 1) / ({macro} / 32)" if gran == "warp" else lau.rows_arg)
+    grid = (f"({lau.rows_arg} + {macro} / 32 - 1) / ({macro} / 32)" if gran == "warp"
+            else f"({lau.rows_arg} + 31) / 32" if gran == "line" else lau.rows_arg)
     edits.append(Edit(*lau.grid, grid))
     if lau.block_edit is not None:
         edits.append(Edit(*lau.block_edit, macro))
@@ -121,12 +140,17 @@ def _block_assert(macro: str, gran: str, limit: int) -> str:
     if gran == "warp":
         return (f'static_assert({macro} % 32 == 0 && {macro} >= 32 && {macro} <= {limit}, '
                 f'"{macro} (threads per block) must be a multiple of 32 from 32 to {limit}");\n')
+    if gran == "line":
+        low = 64 if limit >= 64 else 32
+        return (f'static_assert({macro} >= {low} && {macro} <= {limit} && ({macro} & ({macro} - 1)) == 0, '
+                f'"{macro} (threads per block) must be a power of two from {low} to {limit}");\n')
     return (f'static_assert({macro} >= 32 && {macro} <= {limit} && ({macro} & ({macro} - 1)) == 0, '
             f'"{macro} (threads per block) must be a power of two from 32 to {limit}");\n')
 
 
 def _with_block_macro(src: str, row: Row, macro: str, threads: int, gran: str, own: bool) -> str:
     note = ("threads per block: a warp per row, {m} / 32 rows a block" if gran == "warp"
+            else "threads per block: 32 lines a block, {m} / 32 warps splitting each" if gran == "line"
             else "threads per block: a block per row").format(m=macro)
     line = f"#define {macro} {threads}  // {note}"
     assertion = _block_assert(macro, gran, row.bounds or 1024)
@@ -152,6 +176,9 @@ def to_shuffle(row: Row) -> str:
                   "block first)")
     if row.combine == "shuffle":
         raise _NA("the combines are warp shuffles already")
+    if row.gran == "line":
+        raise _NA("a strided row's threads are one lane of each warp: no warp shuffle reaches them (the combine "
+                  "stays a shared-memory tree)")
     return _with_helpers(row.source, row.gran, "shuffle")
 
 
@@ -169,7 +196,7 @@ def to_online(row: Row) -> str:
         if len(a.accs) != 1 or a.accs[0].op != "max" or len(b.accs) != 1 or b.accs[0].op != "sum":
             continue
         m, s = a.accs[0], b.accs[0]
-        if a.writes or b.writes or m.ctype != s.ctype or m.ctype not in _FLOATING:
+        if a.writes or b.writes or m.ctype != s.ctype or m.ctype not in _FLOATING or a.first or b.first:
             continue
         x = _single_update(row, a, m.name)
         y = _single_update(row, b, s.name)
