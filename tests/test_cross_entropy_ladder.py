@@ -188,7 +188,7 @@ def test_expert_is_the_last_version_with_base2_exponentials(wl_name):
 
 
 def test_detectors_see_only_the_declared_mechanism_enter(wl_name):
-    from klineage.lineage.audit import audit_version
+    from klineage.mechanisms.audit import audit_version
     from klineage.mechanisms import detect_all, registry
 
     known = {n for n, m in registry().items() if getattr(m, "DETECTABLE", True)}

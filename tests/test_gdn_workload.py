@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from klineage.gate.correctness import compare
 from klineage.gate.guard import check_source
-from klineage.lineage.audit import audit_version
+from klineage.mechanisms.audit import audit_version
 from klineage.mechanisms import detect_all, registry
 from klineage.mechanisms.base import Kernel
 from klineage.workload import Tolerance, load_workload

@@ -21,7 +21,7 @@ import torch
 from tests.ladder_support import assert_versions_walk
 from klineage.gate.correctness import compare, compare_outputs, negative_controls
 from klineage.gate.guard import check_source, strip_comments
-from klineage.lineage.audit import audit_version
+from klineage.mechanisms.audit import audit_version
 from klineage.mechanisms import detect_all, registry
 from klineage.workload import load_workload
 

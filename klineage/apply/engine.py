@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from klineage.apply.materialize import MAX_SWEEP, Candidate, bake, tunables
 from klineage.apply.retrieve import retrieve, target_facts
 from klineage.gate.gate import Gate, GateResult, kernel_hash
-from klineage.lineage.walk import compare_timing
+from klineage.gate.compare import compare_timing
 
 
 # -- the pieces every strategy reads ------------------------------------------------------------------

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from klineage.lineage.admit import rewrite_for
+from klineage.mechanisms.forward import rewrite_for
 from klineage.records import SkillCard, as_card, to_plain
 from klineage.tuning import matches
 from klineage.tuning import axis as _axis

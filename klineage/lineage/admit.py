@@ -8,7 +8,7 @@ states of its lineages (simplest first), then the kernels its start reaches alon
 rewriter's ladder (klineage.mechanisms.shapes.forward_states: a warp shuffle needs a row shared by
 a warp or block first). The forward rewrite is the mechanism family's `reoptimize` (audited by
 loci: every feature kept, every added one of M), else a shape rewriter's structural rewrite
-(audited by mechanism kinds and by the recogniser's reading, klineage.lineage.audit.audit_structural).
+(audited by mechanism kinds and by the recogniser's reading, klineage.mechanisms.audit.audit_structural).
 Both kernels go through the gate.
 
 What is reproduced is the effect the card states, read from its median measured speedup as its
@@ -38,13 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from klineage.errors import ReplayMissingError
+from klineage.gate.compare import compare_timing
 from klineage.gate.gate import Gate, kernel_hash
-from klineage.lineage.audit import audit_structural
 from klineage.lineage.lift import effect_claim
-from klineage.lineage.walk import compare_timing
-from klineage.mechanisms import Applied, Kernel, detect_all, registry
+from klineage.mechanisms import detect_all
 from klineage.mechanisms import shapes
-from klineage.records import SkillCard, as_card, to_plain
+from klineage.mechanisms.forward import has_forward_rewrite, rewrite_for
+from klineage.records import SkillCard, as_card
 from klineage.workload import Workload
 
 MAX_TARGETS = 2
@@ -84,59 +84,6 @@ def candidate_kernels(wl: Workload, states: list[tuple[str, str]], starts: list[
             seen.add(h)
             out.append(Target(wl, src, origin))
     return out
-
-
-def has_forward_rewrite(mechanism: str, structural: bool = True) -> bool:
-    """Whether some rewrite adds `mechanism`: its family's reoptimize, or (with `structural`) a shape
-    rewriter."""
-    m = registry().get(mechanism)
-    return (m is not None and not m.STRUCTURAL) or (structural and shapes.knows(mechanism))
-
-
-def shape_config(card: SkillCard | None) -> dict:
-    """What a shape rewriter reads of a card to choose its parameters: the anchor and the measured
-    configurations of the kernels the skill was mined from (as plain dicts)."""
-    if card is None:
-        return {}
-    return {"anchor": card.anchor.signature, "measured": [to_plain(m) for m in card.carrier.measured_configuration]}
-
-
-def rewrite_for(mechanism: str, source: str, requires: list[str], config: dict | None = None,
-                card: SkillCard | None = None, workload=None, structural: bool = True) -> tuple[str, dict] | None:
-    """M's forward rewrite on `source` if it adds M (and nothing else) where `requires` hold: the
-    family's reoptimize (with `config`, a card's example configuration, first), else (with
-    `structural`) a shape rewriter's structural rewrite with the parameters of `card`."""
-    mech = registry().get(mechanism)
-    if mech is not None and not mech.STRUCTURAL:
-        base = {f.key for f in detect_all(source)}
-        if set(requires) <= {m for m, _ in base} | shapes.shape_mechanisms(source, workload):
-            for cfg in ([config] if config else []) + [None]:
-                try:
-                    res = mech.reoptimize(Kernel(source), None, cfg)
-                except Exception:  # a rewrite that trips on an unfamiliar kernel simply does not apply
-                    continue
-                if not isinstance(res, Applied):
-                    continue
-                new = {f.key for f in detect_all(res.source)}
-                added = new - base
-                if base <= new and added and all(m == mechanism for m, _ in added):
-                    return res.source, {"locus": res.locus, "config": res.config, "added": sorted(map(list, added))}
-    if not structural or not shapes.knows(mechanism):
-        return None
-    # the recognisers first: most kernels are of no shape a rewriter knows, and detection costs more
-    res = shapes.structural_rewrite(mechanism, source, shape_config(card), workload)
-    if not isinstance(res, Applied):
-        return None
-    feats, shape_before = detect_all(source), shapes.shape_mechanisms(source, workload)
-    if not set(requires) <= {f.mechanism for f in feats} | shape_before:
-        return None
-    after = detect_all(res.source)
-    known = {m.NAME for m in registry().values() if m.DETECTABLE}
-    au = audit_structural(feats, after, mechanism, known, shape_before, shapes.shape_mechanisms(res.source, workload))
-    if not au["ok"]:
-        return None
-    added = sorted(list(k) for k in {f.key for f in after} - {f.key for f in feats} if k[0] == mechanism)
-    return res.source, {"locus": res.locus, "config": res.config, "added": added, "audit": "structural"}
 
 
 _LADDERS: dict[tuple[str, str, str], list] = {}

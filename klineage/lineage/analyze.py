@@ -7,7 +7,7 @@ For every accepted transition K_{i-1} -> K_i (simpler -> richer) of the library:
   probes      both kernels run on the stress probes of lineage/probe.py (correctness only);
               a probe the richer kernel fails and the simpler one passes is a precondition and
               a risk of the step;
-  static      static preconditions of the richer kernel at the mechanism's lines (lineage/static/);
+  static      static preconditions of the richer kernel at the mechanism's lines (mechanisms/static/);
   scope       both kernels compiled for sm_80, sm_89, sm_90a, sm_100, sm_120 (lineage/scope.py);
               a richer kernel that fails where the simpler one compiles gets a hardware
               precondition citing nvcc.
@@ -27,7 +27,7 @@ from klineage.exec.serial import SerialExecutor
 from klineage.gate.gate import Gate, GateConfig, kernel_hash
 from klineage.lineage import admit as admit_mod
 from klineage.lineage import probe as probe_mod
-from klineage.lineage.walk import compare_timing
+from klineage.gate.compare import compare_timing
 from klineage.workload import Workload, load_workload
 
 
@@ -114,7 +114,7 @@ def analyze_transitions(transitions: list[dict], source_of: Callable[[str], str 
     runners = {name: _probe_runner(pr, executor) for name, pr in probers.items()}
     extra_rounds = [_Recording(round_gate(gate, r), an.evaluations) for r in range(2, cfg.rounds + 1)]
     if cfg.static:
-        from klineage.lineage.static import static_preconditions
+        from klineage.mechanisms.static import static_preconditions
     if cfg.scope:
         from klineage.lineage.scope import hardware_scope
 

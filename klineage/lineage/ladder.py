@@ -37,7 +37,7 @@ mechanism again), is seen added (its count grows), or the step is refused (a det
 wrong declaration); the step names every mechanism it adds: the structural names the richer rung
 holds and the simpler does not, the declared names seen, and the kinds the detectors see added
 without a declaration. A step of one declared name whose only additions are that mechanism (and its
-companions) is the plain ladder step of klineage.lineage.audit.audit_version.
+companions) is the plain ladder step of klineage.mechanisms.audit.audit_version.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from klineage.errors import KLineageError
-from klineage.lineage.audit import COMPANIONS, audit_version
+from klineage.mechanisms.audit import COMPANIONS, audit_version
 from klineage.mechanisms.base import Feature
 from klineage.settings import display_path
 

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 from dataclasses import asdict, dataclass
 from typing import Callable
 
 from klineage.errors import ReplayMissingError
+from klineage.gate.compare import compare_timing
 from klineage.gate.gate import Gate, GateResult, kernel_hash
 from klineage.errors import BudgetExhausted
-from klineage.lineage.audit import audit_rederived, audit_rules
+from klineage.mechanisms.audit import audit_rederived, audit_rules
 from klineage.lineage.ladder import audit_ladder_step
 from klineage.lineage.proposal import Proposal
 from klineage.mechanisms import ORDER, detect_all, registry
@@ -47,30 +47,6 @@ class Limits:
 
 def _digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
-
-
-def _shape_key(shape: dict) -> str:
-    """Order-free: a stored record's shape comes back with its keys sorted (JSON through the store),
-    a live result's in the workload's order, and both must name the same case."""
-    return ",".join(f"{k}={shape[k]}" for k in sorted(shape))
-
-
-def compare_timing(richer: GateResult, simpler: GateResult) -> list[dict]:
-    """Per benchmark shape: latencies, forward speedup (simpler / richer), per-trial ratios, spread."""
-    out = []
-    by_shape = {_shape_key(t["shape"]): t for t in simpler.timing}
-    for t in richer.timing:
-        s = by_shape.get(_shape_key(t["shape"]))
-        if s is None:
-            continue
-        ratios = [a / b for a, b in zip(s["trial_medians_us"], t["trial_medians_us"])]
-        med = statistics.median(ratios)
-        out.append({"shape": t["shape"], "richer_us": t["latency_us"], "simpler_us": s["latency_us"],
-                    "speedup": s["latency_us"] / t["latency_us"], "trial_speedups": ratios,
-                    "spread": (max(ratios) - min(ratios)) / med if med else 0.0,
-                    "richer_bandwidth_fraction": t.get("bandwidth_fraction"),
-                    "simpler_bandwidth_fraction": s.get("bandwidth_fraction")})
-    return out
 
 
 def _env(res: GateResult) -> dict:

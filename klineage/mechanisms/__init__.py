@@ -1,5 +1,5 @@
-"""The mechanism registry: one module per optimization family (the structural detectors: a few
-modules, by kind).
+"""The mechanism registry: one module or package per optimization family under
+klineage.mechanisms.families, discovered there (the families only a ladder names: one module).
 
 ``ORDER`` is the backward search order of the rules proposer: mechanisms that sit on top of others
 come off first (a cache hint wraps a load, so it goes before the vectorized load it wraps; compiler
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import pkgutil
 from collections import OrderedDict
 
 from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable
@@ -18,33 +19,38 @@ ORDER = (
     "cache_hint", "fast_math", "launch_bounds", "unroll", "restrict", "coarsening",
     "smem_padding", "vector_access", "warp_reduction", "smem_staging",
 )
-# family -> its modules under klineage.mechanisms, in the order their mechanisms are registered
-_MODULES = {
-    "cache_hint": ("cache_hint",), "fast_math": ("fast_math",), "launch_bounds": ("launch_bounds",),
-    "unroll": ("unroll",), "restrict": ("restrict",), "coarsening": ("coarsening",),
-    "smem_padding": ("smem_padding",), "vector_access": ("vector_access",), "warp_reduction": ("warp_reduction",),
-    "smem_staging": ("smem_staging",),
-    "structural": ("structural.pipeline", "structural.dataflow", "structural.declared"),
-}
+# where the discovered families sit in the registry: the rewritable families in ORDER, then the
+# structural ones in this order; a family module not named here comes after, by module name
+_STRUCTURAL_ORDER = (
+    "tensor_core_mma", "wgmma", "async_copy", "tma", "multistage_buffer", "warp_specialization",
+    "online_softmax", "smem_swizzle", "register_tiling", "thread_block_cluster", "declared",
+)
+FAMILIES_PACKAGE = "klineage.mechanisms.families"
 
 
-def _load(name: str) -> list[Mechanism]:
-    """The family's mechanisms: each module's Mechanism subclasses with a NAME defined there (not
-    imported), in definition order, module by module."""
-    out = []
-    for module in _MODULES[name]:
-        mod = importlib.import_module(f"klineage.mechanisms.{module}")
-        out += [obj() for obj in vars(mod).values()
-                if isinstance(obj, type) and issubclass(obj, Mechanism) and obj is not Mechanism
-                and obj.__module__ == mod.__name__ and obj.NAME]
-    return out
+def family_modules() -> list[str]:
+    """The family modules under klineage.mechanisms.families (a module, or a package's __init__), in
+    registry order; a name starting with `_` holds shared helpers, not a family."""
+    pkg = importlib.import_module(FAMILIES_PACKAGE)
+    names = [m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
+    rank = {n: i for i, n in enumerate((*ORDER, *_STRUCTURAL_ORDER))}
+    return sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
+
+
+def _load(module: str) -> list[Mechanism]:
+    """A family module's mechanisms: its Mechanism subclasses with a NAME defined there (not
+    imported), in definition order."""
+    mod = importlib.import_module(f"{FAMILIES_PACKAGE}.{module}")
+    return [obj() for obj in vars(mod).values()
+            if isinstance(obj, type) and issubclass(obj, Mechanism) and obj is not Mechanism
+            and obj.__module__ == mod.__name__ and obj.NAME]
 
 
 def registry() -> dict[str, Mechanism]:
     """Every mechanism by NAME: the rewritable families in ORDER, then the structural detectors."""
     out: dict[str, Mechanism] = {}
-    for name in (*ORDER, "structural"):
-        for m in _load(name):
+    for module in family_modules():
+        for m in _load(module):
             if m.NAME in out:
                 raise RuntimeError(f"two mechanisms named {m.NAME}: give each family its own NAME")
             out[m.NAME] = m

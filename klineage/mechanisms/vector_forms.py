@@ -1,5 +1,5 @@
 """Vector accesses as the tree shows them: declarations and pointer types, the accesses a vector_access
-rewrite takes, the scalar helpers it inserts (klineage.mechanisms.vector_access is the family; these are
+rewrite takes, the scalar helpers it inserts (klineage.mechanisms.families.vector_access is the family; these are
 also used by the elementwise, warp_reduction, smem_staging and smem_padding families)."""
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from klineage.lineage.audit import audit_rederived, audit_rules
+from klineage.mechanisms.audit import audit_rederived, audit_rules
 from klineage.lineage.proposal import Proposal
 from klineage.lineage.proposers import RulesProposer
 from klineage.lineage.walk import Limits, Walker

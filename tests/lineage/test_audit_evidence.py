@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from klineage.lineage.audit import audit_rederived, audit_rules, audit_version
+from klineage.mechanisms.audit import audit_rederived, audit_rules, audit_version
 from klineage.mechanisms import Features, detect_all, registry
 from klineage.mechanisms.base import Kernel
 

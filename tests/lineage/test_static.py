@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from klineage.lineage.static import static_preconditions
-from klineage.lineage.static.source import CATEGORIES, PROBES, SMEM_OPTIN_MAX
+from klineage.mechanisms.static import static_preconditions
+from klineage.parse.source import CATEGORIES, PROBES, SMEM_OPTIN_MAX
 from klineage.mechanisms import detect_all
 
 ROOT = Path(__file__).resolve().parents[2]

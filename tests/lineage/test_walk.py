@@ -186,7 +186,7 @@ def test_lift_gives_full_cards_and_checks_the_contract(wl):
 
 
 def test_versions_audit_takes_a_pipeline_with_its_stage_ring_as_one_step():
-    from klineage.lineage.audit import audit_version
+    from klineage.mechanisms.audit import audit_version
     from klineage.mechanisms.base import Feature
 
     def feats(*kinds):
@@ -205,7 +205,7 @@ def test_versions_audit_takes_a_pipeline_with_its_stage_ring_as_one_step():
 
 def test_compare_timing_matches_a_case_whatever_the_order_of_its_keys():
     from klineage.gate.gate import GateResult, Status
-    from klineage.lineage.walk import compare_timing
+    from klineage.gate.compare import compare_timing
 
     def res(shape, us):
         return GateResult(Status.PASSED, "k", "w", "e", "s", {},

@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 
 from klineage.mechanisms.base import Applied, Kernel, NotApplicable
-from klineage.mechanisms.cache_hint import CacheHint
-from klineage.mechanisms.fast_math import FastMath
-from klineage.mechanisms.launch_bounds import LaunchBounds
-from klineage.mechanisms.restrict import Restrict
-from klineage.mechanisms.unroll import Unroll
+from klineage.mechanisms.families.cache_hint import CacheHint
+from klineage.mechanisms.families.fast_math import FastMath
+from klineage.mechanisms.families.launch_bounds import LaunchBounds
+from klineage.mechanisms.families.restrict import Restrict
+from klineage.mechanisms.families.unroll import Unroll
 
 from mechtest import assert_compiles, dedent, keys
 

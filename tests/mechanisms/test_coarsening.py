@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from klineage.mechanisms.base import Feature, Kernel
-from klineage.mechanisms.coarsening import Coarsening
+from klineage.mechanisms.families.coarsening import Coarsening
 
 from mechtest import assert_compiles, dedent, keys
 

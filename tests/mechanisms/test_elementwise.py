@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from klineage.gate.compile import compile_kernel
-from klineage.lineage.admit import rewrite_for
+from klineage.mechanisms.forward import rewrite_for
 from klineage.mechanisms import detect_all
 from klineage.mechanisms.base import Kernel
-from klineage.mechanisms.coarsening import Coarsening
+from klineage.mechanisms.families.coarsening import Coarsening
 from klineage.mechanisms.elementwise_rewrite import vectorize
-from klineage.mechanisms.restrict import Restrict
-from klineage.mechanisms.launch_bounds import LaunchBounds
-from klineage.mechanisms.vector_access import VectorAccess
+from klineage.mechanisms.families.restrict import Restrict
+from klineage.mechanisms.families.launch_bounds import LaunchBounds
+from klineage.mechanisms.families.vector_access import VectorAccess
 
 import emulate
 from mechtest import dedent

@@ -17,7 +17,7 @@ def test_registry_order():
 
 
 def test_rewritable_families_live_in_their_own_module():
-    # a card names its rewrite "klineage.mechanisms.<family>"
+    # a card names its rewrite "klineage.mechanisms.<family>": the family's module under families/
     for name, m in registry().items():
         if not m.STRUCTURAL:
-            assert type(m).__module__ == f"klineage.mechanisms.{name}", name
+            assert type(m).__module__ == f"klineage.mechanisms.families.{name}", name

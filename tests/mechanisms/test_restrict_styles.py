@@ -7,7 +7,7 @@ import re
 import pytest
 
 from klineage.mechanisms.base import Applied, Kernel
-from klineage.mechanisms.restrict import Restrict
+from klineage.mechanisms.families.restrict import Restrict
 from mechtest import assert_compiles, dedent
 
 R = Restrict()

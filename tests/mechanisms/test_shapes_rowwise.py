@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from klineage.lineage import admit
-from klineage.lineage.audit import audit_structural
+from klineage.mechanisms import forward
+from klineage.mechanisms.audit import audit_structural
 from klineage.mechanisms import NotApplicable, detect_all, registry
 from klineage.mechanisms.shapes import forward_states, shape_mechanisms, structural_rewrite
 from klineage.mechanisms.shapes import rowwise as R
@@ -219,12 +219,12 @@ def test_forward_states_follow_the_ladder():
 
 def test_admission_rewrite_audits_the_structural_path():
     base = add(src("layernorm"), "block_per_row")
-    got = admit.rewrite_for("warp_reduction", base, [])
+    got = forward.rewrite_for("warp_reduction", base, [])
     assert got is not None and got[1]["audit"] == "structural" and got[1]["added"]
     assert all(a[0] == "warp_reduction" for a in got[1]["added"])
-    got = admit.rewrite_for("block_per_row", src("layernorm"), [])
+    got = forward.rewrite_for("block_per_row", src("layernorm"), [])
     assert got is not None and got[1]["added"] == []  # no detector sees it; the recogniser does
-    assert admit.rewrite_for("register_cache", add(src("softmax"), "block_per_row"), ["online_softmax"]) is None
+    assert forward.rewrite_for("register_cache", add(src("softmax"), "block_per_row"), ["online_softmax"]) is None
 
 
 @pytest.mark.parametrize("edit, why", [

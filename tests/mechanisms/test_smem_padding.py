@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from klineage.mechanisms.base import Feature, Kernel
-from klineage.mechanisms.smem_padding import SmemPadding
+from klineage.mechanisms.families.smem_padding import SmemPadding
 
 from mechtest import assert_compiles, dedent, keys
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from klineage.mechanisms.base import Feature, Kernel
-from klineage.mechanisms.smem_staging import SmemStaging
+from klineage.mechanisms.families.smem_staging import SmemStaging
 
 from mechtest import assert_compiles, dedent, keys
 

@@ -9,11 +9,17 @@ import pytest
 
 from klineage.mechanisms import detect_all, registry
 from klineage.mechanisms.base import Kernel
-from klineage.mechanisms.launch_bounds import LaunchBounds
-from klineage.mechanisms.structural.dataflow import OnlineSoftmax, RegisterTiling, SmemSwizzle
-from klineage.mechanisms.structural.declared import ThreadBlockCluster
-from klineage.mechanisms.structural.pipeline import (AsyncCopy, MultistageBuffer, TensorCoreMMA, TMA,
-                                                     WarpSpecialization, Wgmma)
+from klineage.mechanisms.families.launch_bounds import LaunchBounds
+from klineage.mechanisms.families.async_copy import AsyncCopy
+from klineage.mechanisms.families.multistage_buffer import MultistageBuffer
+from klineage.mechanisms.families.online_softmax import OnlineSoftmax
+from klineage.mechanisms.families.register_tiling import RegisterTiling
+from klineage.mechanisms.families.smem_swizzle import SmemSwizzle
+from klineage.mechanisms.families.tensor_core_mma import TensorCoreMMA
+from klineage.mechanisms.families.thread_block_cluster import ThreadBlockCluster
+from klineage.mechanisms.families.tma import TMA
+from klineage.mechanisms.families.warp_specialization import WarpSpecialization
+from klineage.mechanisms.families.wgmma import Wgmma
 from klineage.parse.syntax import SourceTree
 
 from mechtest import assert_compiles, dedent

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from klineage.mechanisms.base import Feature, Kernel
-from klineage.mechanisms.cache_hint import CacheHint
-from klineage.mechanisms.vector_access import VectorAccess
+from klineage.mechanisms.families.cache_hint import CacheHint
+from klineage.mechanisms.families.vector_access import VectorAccess
 
 from mechtest import assert_compiles, dedent, keys
 

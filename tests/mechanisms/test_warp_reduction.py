@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from klineage.mechanisms.base import Feature, Kernel
-from klineage.mechanisms.warp_reduction import WarpReduction
+from klineage.mechanisms.families.warp_reduction import WarpReduction
 
 from mechtest import assert_compiles, dedent, keys
 

@@ -10,7 +10,7 @@ import pytest
 
 from klineage.apply.materialize import TUNABLE_RE
 from klineage.gate.compile import compile_many
-from klineage.lineage.audit import COMPANIONS, audit_version
+from klineage.mechanisms.audit import COMPANIONS, audit_version
 from klineage.mechanisms import Kernel, NotApplicable, detect_all, registry
 from klineage.mechanisms.base import Applied
 from klineage.mechanisms.shapes import rewriters, structural_rewrite
@@ -262,7 +262,7 @@ def test_warp_specialization_needs_launch_bounds():
 
 def test_card_values_prefer_flat_pairs_then_the_gemm_kernel():
     assert mm_forms.card_values(GEMM_CARD) == {"stages": 4, "bm": 128, "bn": 256, "bk": 64}
-    # as admission passes a card (klineage.lineage.admit.shape_config: its anchor and measured configurations)
+    # as admission passes a card (klineage.mechanisms.forward.shape_config: its anchor and measured configurations)
     assert mm_forms.card_values({"anchor": "", "measured": GEMM_CARD["measured_configuration"]})["bn"] == 256
     assert mm_forms.card_values({"GEMM_BLOCK_N": 64, **GEMM_CARD})["bn"] == 64
     assert mm_forms.card_values({"carrier": GEMM_CARD})["bn"] == 256

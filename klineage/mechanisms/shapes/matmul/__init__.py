@@ -20,7 +20,7 @@ The forms, in the order the gemm ladder climbs them:
 Each step has its preconditions (what the kernel must already be, the element type, the target
 architecture); a kernel that does not meet them gets NotApplicable with the reason. Every rewrite is
 audited before it is returned: the detectors must see exactly the new mechanism added and no kind
-lost (klineage.lineage.audit.audit_version, the versions audit), else NotApplicable.
+lost (klineage.mechanisms.audit.audit_version, the versions audit), else NotApplicable.
 
 Parameters come from the skill's configuration (a card's measured configuration, or flat NAME: value
 pairs), each kept only where legal for the form, then the kernel's own values, then defaults.

@@ -69,7 +69,7 @@ class MatmulRewriter(ShapeRewriter):
 
     def _rewrite(self, source: str, shape: Shape, mechanism: str, config: dict, workload) -> Applied | NotApplicable:
         from klineage.gate.compile import DEFAULT_ARCH
-        from klineage.lineage.audit import audit_version
+        from klineage.mechanisms.audit import audit_version
         from klineage.mechanisms import Kernel, detect_all, registry
         if mechanism in RULES_STEPS:  # a ladder step of a rules family (see `ladder`)
             return registry()[mechanism].reoptimize(Kernel(source), None, None)

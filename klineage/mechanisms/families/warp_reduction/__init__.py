@@ -20,7 +20,7 @@ turns this canonical shared-buffer form back into shuffles (mask `0xffffffffu` f
 and drops the buffer once unused. The classic block-wide shared-memory tree loop
 (`if (tid < s) sdata[tid] += sdata[tid + s]; __syncthreads();`) is not rewritten: turning it into
 shuffles changes its structure (warp, then cross-warp), not a mechanical step. The forms seen
-but not rewritten, and the compiled evidence, are read in warp_reduction_seen.py.
+but not rewritten, and the compiled evidence, are read in seen.py.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail, number_loci, squash
 from klineage.mechanisms.vector_forms import declarators, declared, device_function, line_start, paren
-from klineage.mechanisms.warp_reduction_seen import _args, _int, _other_forms, _reduction_shuffles
+from klineage.mechanisms.families.warp_reduction.seen import _args, _int, _other_forms, _reduction_shuffles
 from klineage.parse import syntax
 from klineage.parse.syntax import Edit, Node, node_path, walk
 

@@ -10,10 +10,9 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from klineage.gate.guard import strip_comments
-from klineage.mechanisms.base import Kernel
+from klineage.parse.kernel import Kernel
 from klineage.parse import syntax
-from klineage.parse.text import split_top_level
+from klineage.parse.text import split_top_level, strip_comments
 
 CATEGORIES = ("data_types", "layout", "storage", "pipeline", "hardware")
 PROBES = ("misaligned_base", "ragged_size", "large_magnitude", "tiny_size")

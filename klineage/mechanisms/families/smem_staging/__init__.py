@@ -17,7 +17,7 @@ used other than by the copy and plain reads, when the element types differ, or w
 statement shares its line with other code. Reoptimize is the exact inverse and needs the
 configuration (which reads were rewritten, and where the statements went): choosing what to
 stage, its extent and base is not mechanical on natural code. The forms seen but not rewritten,
-and the compiled evidence, are read in smem_staging_seen.py.
+and the compiled evidence, are read in seen.py.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 
 from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail
-from klineage.mechanisms.smem_staging_seen import _LOAD_CALLS, _other_stagings, _staged_buffers
+from klineage.mechanisms.families.smem_staging.seen import _LOAD_CALLS, _other_stagings, _staged_buffers
 from klineage.mechanisms.vector_forms import declarators, declared, device_function, line_start, paren, \
     statement_of, strip_parens
 from klineage.parse import syntax

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from klineage.lineage.static.source import (ELEMENT_BYTES, KIB, SMEM_OPTIN_MAX, SMEM_STATIC_LIMIT,
+from klineage.parse.source import (ELEMENT_BYTES, KIB, SMEM_OPTIN_MAX, SMEM_STATIC_LIMIT,
                                             SMEM_STATIC_LIMIT_BY_TARGET, SMEM_TARGETS, Region, Src, _names, _pre,
                                             span, template_values)
 from klineage.parse.semantics import VECTOR_TYPES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from klineage.lineage.static.source import Region, Src, _names, _pre, block_facts, template_values
+from klineage.parse.source import Region, Src, _names, _pre, block_facts, template_values
 from klineage.parse import syntax
 from klineage.parse.text import split_top_level
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
-from klineage.lineage.static.compute import (rule_dtype_intrinsics, rule_fast_math, rule_launch_bounds, rule_unroll,
+from klineage.mechanisms.static.compute import (rule_dtype_intrinsics, rule_fast_math, rule_launch_bounds, rule_unroll,
                                              rule_warp_masks)
-from klineage.lineage.static.memory import (rule_readonly_loads, rule_restrict, rule_shared_memory,
+from klineage.mechanisms.static.memory import (rule_readonly_loads, rule_restrict, rule_shared_memory,
                                             rule_vector_casts)
-from klineage.lineage.static.source import Region, Src, _pre, region, span
+from klineage.parse.source import Region, Src, _pre, region, span
 
 __all__ = ["RULES", "Rule", "known_mechanisms", "static_preconditions"]
 
