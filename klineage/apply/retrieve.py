@@ -15,11 +15,20 @@ workload. Preconditions are checked one by one, each with a verdict (holds / fai
 the reason; a skill mined from several kernels fits when the preconditions of one of them all hold.
 Excluded skills are returned with every reason, so a user sees *why* a skill was not tried.
 
-Ranking: score = 1.0 * effect + 0.5 * family + 0.3 * shape + 0.5 * bottleneck, each term shown:
+Ranking: score = 1.0 * effect + 0.5 * family + 0.3 * shape + 0.5 * bottleneck + 6.0 * operator, each
+term shown:
   effect      log2 of the skill's median measured source speedup (clipped to [-1, 3])
   family      1 when a source workload has the target's operator family, else 0
   shape       1 - |log10(source elements / target elements)| / 3, best source case (0..1)
   bottleneck  1 when the skill's mechanism addresses the target's bottleneck class, 0.5 unknown, 0 not
+  operator    what the kernels compute: 1 when a shape rewriter that recognises the target adds the
+              skill's mechanism, or a source workload's naive kernel is of the target kernel's
+              operator class (klineage.mechanisms.shapes.operator_class: matmul, row_reduction,
+              strided_reduction, elementwise; a workload's FAMILY where no recogniser reads its
+              kernel: scan, selection, attention, ...); 0 when the target's class is known and none
+              is; 0.5 when it is not known. Its weight exceeds the span of all the other terms
+              together (5.3), so a skill measured only on other computations ranks below every one
+              that fits this kind
 """
 from __future__ import annotations
 
@@ -36,7 +45,7 @@ from klineage.records.skill_card import Precondition
 from klineage.workload import ALIAS_KEY, OFFSET_KEY, Workload, load_workload
 
 PLATFORM_H200 = "NVIDIA H200 (sm_90)"
-WEIGHTS = {"effect": 1.0, "family": 0.5, "shape": 0.3, "bottleneck": 0.5}
+WEIGHTS = {"effect": 1.0, "family": 0.5, "shape": 0.3, "bottleneck": 0.5, "operator": 6.0}
 # what each mechanism works on: memory traffic, instruction/latency overhead, or arithmetic
 ADDRESSES = {
     "memory": {"vector_access", "cache_hint", "coarsening", "unroll", "restrict", "smem_staging", "smem_padding",
@@ -64,10 +73,13 @@ class TargetFacts:
     tiny: bool                         # some shape has a dimension below 32
     in_place: bool                     # the contract asks for outputs aliasing inputs
     bottleneck: dict = field(default_factory=lambda: {"class": "unknown"})
+    operator: str = ""                 # what the kernel computes (operator_class, else the FAMILY)
+    reachable: set[str] = field(default_factory=set)  # mechanisms a recognising shape rewriter adds
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
         d["mechanisms"] = sorted(self.mechanisms)
+        d["reachable"] = sorted(self.reachable)
         return d
 
 
@@ -92,7 +104,7 @@ def bottleneck_of(result) -> dict:
 def target_facts(wl: Workload, source: str, platform: str = PLATFORM_H200, start_result=None) -> TargetFacts:
     """The facts of a target kernel; its mechanisms are what the detectors see and what the shape
     rewriters read (a warp per row, a register cache: structural mechanisms no detector sees)."""
-    from klineage.mechanisms.shapes import shape_mechanisms
+    from klineage.mechanisms.shapes import operator_class, reachable_mechanisms, shape_mechanisms
     feats = detect_all(source)
     shapes = [s for _, s in wl.all_shapes()]
     bench = max(wl.benchmark_cases, key=lambda s: math.prod(_dims(s)))
@@ -105,7 +117,9 @@ def target_facts(wl: Workload, source: str, platform: str = PLATFORM_H200, start
         ragged=any(d % 4 for s in shapes for d in _dims(s)),
         tiny=any(d < 32 for s in shapes for d in _dims(s)),
         in_place=bool(getattr(wl.module, "IN_PLACE", False)),
-        bottleneck=bottleneck_of(start_result))
+        bottleneck=bottleneck_of(start_result),
+        operator=operator_class(source, wl) or getattr(wl.module, "FAMILY", ""),
+        reachable=reachable_mechanisms(source, wl))
 
 
 def _probe_kind(item: Precondition) -> str | None:
@@ -204,6 +218,34 @@ def _family(workload: str) -> str:
     return workload_facts(workload)[0]
 
 
+_OPERATORS: dict[str, str] = {}
+
+
+def workload_operator(workload: str) -> str:
+    """The operator class of a corpus workload by name: what the recognisers read in its naive
+    kernel (operator_class), else its FAMILY; "" when neither is there."""
+    if workload not in _OPERATORS:
+        from klineage.mechanisms.shapes import operator_class
+        root = settings.repo_root()
+        cls = ""
+        for d in (root / "expert_kernels" / workload, root / "apply_workloads" / workload):
+            if (d / "naive.cu").is_file():
+                cls = operator_class((d / "naive.cu").read_text())
+                break
+        _OPERATORS[workload] = cls or _family(workload)
+    return _OPERATORS[workload]
+
+
+def operator_fit(card: SkillCard, mechanism: str, t: TargetFacts) -> float:
+    """The operator term: 1 when a shape rewriter that recognises the target adds `mechanism`, or a
+    source workload computes what the target does; 0.5 when the target's class is unknown; else 0."""
+    if mechanism in t.reachable:
+        return 1.0
+    if not t.operator:
+        return 0.5
+    return 1.0 if any(workload_operator(c.workload) == t.operator for c in card.effects.per_case) else 0.0
+
+
 def rank_terms(card: SkillCard, mechanism: str, t: TargetFacts) -> dict:
     med = card.effects.median_speedup or 1.0
     cases = card.effects.per_case
@@ -215,7 +257,7 @@ def rank_terms(card: SkillCard, mechanism: str, t: TargetFacts) -> dict:
     cls = t.bottleneck.get("class", "unknown")
     fit = 0.5 if cls == "unknown" else (1.0 if mechanism in ADDRESSES.get(cls, set()) else 0.0)
     terms = {"effect": max(-1.0, min(3.0, math.log2(med))) if med > 0 else -1.0, "family": family,
-             "shape": round(shape, 4), "bottleneck": fit}
+             "shape": round(shape, 4), "bottleneck": fit, "operator": operator_fit(card, mechanism, t)}
     terms["score"] = round(sum(WEIGHTS[k] * v for k, v in terms.items()), 4)
     return terms
 

@@ -131,7 +131,8 @@ class RowwiseRewriter(ShapeRewriter):
             "granularity": row.gran, "combine": row.combine, "passes": len(row.passes), "ops": ops,
             "pointers": dict(row.ptrs), "rows": row.rows, "cols": row.cols, "layout": row.layout,
             "stride": row.stride or "1", "vector": sorted(deco.vector), "cache": deco.items,
-            "mechanisms": sorted(present(row, deco))})
+            "mechanisms": sorted(present(row, deco)),
+            "refuses": sorted({WARP, SHUFFLE, VECTOR, CACHE}) if row.layout == "strided" else []})
 
     def rewrite(self, source: str, shape: Shape, mechanism: str, config: dict, workload=None) -> Applied | NotApplicable:
         if mechanism not in self.mechanisms:
