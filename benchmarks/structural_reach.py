@@ -129,7 +129,8 @@ def table(rec: dict) -> str:
         rws = [n for n, rw in k["rewriters"].items() if rw["recognised"]]
         steps = [m for rw in k["rewriters"].values() if rw["recognised"] for m, s in rw["steps"].items() if s["applied"]]
         ladder = sum(len(rw["ladder"]) for rw in k["rewriters"].values() if rw["recognised"])
-        ok = "-" if "failed_builds" not in k else ("all" if not k["failed_builds"] else f"{len(k['failed_builds'])} fail")
+        ok = ("-" if "failed_builds" not in k or not k["candidates"] else
+              "all" if not k["failed_builds"] else f"{len(k['failed_builds'])} fail")
         lines.append(f"{name:28s} {k['class']:14s} {','.join(rws) or '-':22s} {','.join(steps) or '-':52s} "
                      f"{ladder:6d}  {ok}")
     lines.append("")

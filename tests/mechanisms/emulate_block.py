@@ -17,7 +17,6 @@ instrument for small shapes, not a CUDA emulator.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import subprocess
@@ -143,22 +142,8 @@ def harness(wl) -> str:
 
 def build(cu: str, wl, workdir: Path | None = None) -> Path:
     """An executable of the kernel file `cu` driven by the workload's harness (cached by content)."""
-    text = host_source(cu) + "\n" + harness(wl)
-    key = hashlib.sha256(text.encode()).hexdigest()[:16]
-    d = Path(workdir or tempfile.gettempdir()) / "kl_emulate_block"
-    d.mkdir(parents=True, exist_ok=True)
-    exe = d / f"k_{key}"
-    if exe.is_file():
-        return exe
-    src = d / f"k_{key}.cpp"
-    src.write_text(text)
-    cmd = [GXX, "-std=c++20", "-O1", "-g", "-ffp-contract=off", "-fno-omit-frame-pointer", "-pthread",
-           "-fsanitize=address,undefined", "-fno-sanitize-recover=all", str(src), "-o", str(exe) + ".tmp"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise AssertionError(f"g++ rejected the emulated kernel:\n{r.stderr[-4000:]}")
-    os.replace(str(exe) + ".tmp", exe)
-    return exe
+    return emulate.compile_text(host_source(cu) + "\n" + harness(wl), workdir=workdir, std="c++20",
+                                flags=("-pthread",), folder="kl_emulate_block")
 
 
 def run(exe: Path, wl, shape: dict, seed: int = 0, timeout_s: float = 120) -> tuple[dict, dict]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from klineage.gate.correctness import compare
-from klineage.lineage.audit import audit_structural
+from klineage.mechanisms.audit import audit_structural
 from klineage.mechanisms import NotApplicable, detect_all, registry
 from klineage.mechanisms.shapes import forward_states, shape_mechanisms, structural_rewrite
 from klineage.mechanisms.shapes import rowwise as R
@@ -151,6 +151,18 @@ def test_a_two_dimensional_grid_keeps_its_batch_dimension(compiles):
     assert "dim3 grid(seq, batch);" in out and "dim3 block(SOFTMAX_3D_ROW_THREADS);" in out
 
 
+@pytest.mark.parametrize("name", ["softmax_wrapped", "logsoftmax_flat_rows"])
+def test_online_fusion_reads_index_declarations_and_conditional_maxima(name, compiles):
+    """The max and sum passes fuse when each recomputes the element's index before its update
+    (`int loc = row * N + i;`, kept in the fused pass) or takes the maximum with `if (v > m) m = v;`."""
+    src = naive(name)
+    out = rewrite(src, "online_softmax", compiles)
+    assert out.count("for (int i = 0;") == src.count("for (int i = 0;") - 1
+    again = rewrite(out, "block_per_row", compiles)
+    assert R.RowwiseRewriter().recognise(again).facts["mechanisms"] == ["block_per_row", "online_softmax"]
+    assert again == rewrite(rewrite(src, "block_per_row", compiles), "online_softmax", compiles)
+
+
 # ---------------------------------------------------------------- the strided form
 
 @pytest.mark.parametrize("name", STRIDED)
@@ -218,7 +230,8 @@ def test_every_state_of_each_styles_ladder_builds(name, compiles):
 EMULATED = [("sum_dim1_strided", ("block_per_row",)), ("sum_columns", ("block_per_row",)),
             ("rmsnorm_channels", ("block_per_row",)), ("softmax_first_element", ("block_per_row", "vector_access")),
             ("layernorm_stats", ("warp_per_row", "warp_reduction")), ("logsoftmax_half", ("block_per_row", "online_softmax")),
-            ("softmax_wrapped", ("block_per_row", "warp_reduction", "vector_access", "register_cache"))]
+            ("softmax_wrapped", ("online_softmax", "block_per_row", "warp_reduction", "vector_access", "register_cache")),
+            ("logsoftmax_flat_rows", ("warp_per_row", "online_softmax", "vector_access"))]
 
 
 @needs_gxx

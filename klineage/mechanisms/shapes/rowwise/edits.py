@@ -198,10 +198,10 @@ def to_online(row: Row) -> str:
         m, s = a.accs[0], b.accs[0]
         if a.writes or b.writes or m.ctype != s.ctype or m.ctype not in _FLOATING or a.first or b.first:
             continue
-        x = _single_update(row, a, m.name)
-        y = _single_update(row, b, s.name)
-        if x is None or y is None:
-            continue
+        ux, uy = _single_update(row, a, m), _single_update(row, b, s)
+        if ux is None or uy is None or ux[1] != uy[1]:
+            continue  # each pass one update, after the same index declarations
+        (x, pre), y = ux, uy[0]
         ex = _EXP_CALL.fullmatch(y)
         if ex is None or ex["e"] not in _EXP_FNS or ex["m"] != m.name or re.search(
                 rf"\b({re.escape(m.name)}|{re.escape(s.name)})\b", ex["y"]):
@@ -216,7 +216,7 @@ def to_online(row: Row) -> str:
         one, zero = ("1.0f", "0.0f") if m.ctype == "float" else ("1.0", "0.0")
         yy = "kl_x" if _norm(ex["y"]) == _norm(x) else ex["y"]
         t, u, ind = m.ctype, "    ", a.indent
-        body = [f"const {t} kl_x = {x};", f"const {t} kl_m = {m.fn}({m.name}, kl_x);",
+        body = pre + [f"const {t} kl_x = {x};", f"const {t} kl_m = {m.fn}({m.name}, kl_x);",
                 f"{s.name} = {s.name} * ({m.name} == kl_m ? {one} : {ex['e']}({m.name} - kl_m)) + "
                 f"(kl_m == -INFINITY ? {zero} : {ex['e']}({yy} - kl_m));", f"{m.name} = kl_m;"]
         loop = data[a.start:a.header_end].decode() + " {\n" + "".join(f"{ind}{u}{ln}\n" for ln in body) + f"{ind}}}"
@@ -231,19 +231,34 @@ def to_online(row: Row) -> str:
               "logsumexp's two passes)")
 
 
-def _single_update(row: Row, p: Pass, acc: str) -> str | None:
-    """For a pass whose body is the one statement updating `acc`: its operand (x of `m = fmaxf(m, x)`,
-    e of `s += e` / `s = s + e`)."""
-    text = squash(row.source.encode()[p.body[0]:p.body[1]].decode())
-    text = text[1:-1].strip() if text.startswith("{") and text.endswith("}") else text
+def _single_update(row: Row, p: Pass, acc) -> tuple[str, list[str]] | None:
+    """For a pass whose body is declarations (the same in the passes fused: `int loc = r * n + c;`)
+    then the one statement updating the accumulator `acc`: (its operand, the declarations' lines).
+    The operand is x of `m = fmaxf(m, x)` or of `if (x > m) m = x;`, e of `s += e` / `s = s + e`."""
+    k = Kernel("void kl_probe() {\n" + row.source.encode()[p.body[0]:p.body[1]].decode() + "\n}\n")
+    fn = syntax.functions(k.tree)
+    if not fn:
+        return None
+    body = fn[0].child_by_field_name("body").named_children
+    if len(body) == 1 and body[0].type == "compound_statement":
+        body = body[0].named_children
+    body = [n for n in body if n.type != "comment"]
+    if not body or any(n.type != "declaration" or re.search(rf"\b{re.escape(acc.name)}\b", k.tree.text_of(n))
+                       for n in body[:-1]):
+        return None
+    pre = [squash(k.tree.text_of(n)) for n in body[:-1]]
+    text = squash(k.tree.text_of(body[-1]))
+    a = re.escape(acc.name)
+    cond = re.fullmatch(rf"if \((?P<e>.+) > {a}\) (?:\{{ )?{a} = (?P<v>.+?);(?: \}})?", text)
+    if cond and _balanced(cond["e"]) and _norm(cond["e"]) == _norm(cond["v"]) and acc.op == "max":
+        return cond["e"], pre
     if text.count(";") != 1:
         return None
     text = text.rstrip(";").strip()
-    a = re.escape(acc)
     for pat in (rf"{a} \+= (?P<e>.+)", rf"{a} = {a} \+ (?P<e>.+)", rf"{a} = \w+\({a}, (?P<e>.+)\)"):
         mm = re.fullmatch(pat, text)
         if mm and _balanced(mm["e"]):
-            return mm["e"]
+            return mm["e"], pre
     return None
 
 

@@ -121,9 +121,6 @@ def _no_row_index(k: Kernel, stmts: list) -> str:
         if st.type == "for_statement" and re.search(r"\+=(?:blockDim\.x\*gridDim\.x|gridDim\.x\*blockDim\.x)", text):
             return (f"no row index: rows are walked by a grid-stride loop (line {st.start_point.row + 1}), which this "
                     "rewriter does not read (index each row by one thread: r = blockIdx.x * blockDim.x + threadIdx.x)")
-        if re.search(r"threadIdx\.[yz]|blockIdx\.[yz]", text) and st.type == "declaration" and \
-                "threadIdx.x" not in text:
-            continue
     return ("no row index `r = blockIdx.x * blockDim.x + threadIdx.x` (one thread per row), nor one this "
             "rewriter wrote")
 
@@ -408,7 +405,8 @@ def _read_pass(k: Kernel, st, gran: str, decls: dict, ptrs: dict, pnames: list[s
 
 
 _ONLINE_RE = re.compile(
-    r"\{ const (?P<t>\w+) kl_x = (?P<x>.+?); const (?P=t) kl_m = (?P<f>\w+)\((?P<m>\w+), kl_x\); "
+    r"\{ (?P<pre>(?:(?!const \w+ kl_x = )[^;{}]+; )*)const (?P<t>\w+) kl_x = (?P<x>.+?); "
+    r"const (?P=t) kl_m = (?P<f>\w+)\((?P<m>\w+), kl_x\); "
     r"(?P<s>\w+) = (?P=s) \* \((?P=m) == kl_m \? 1\.0f? : (?P<e>\w+)\((?P=m) - kl_m\)\) \+ "
     r"\(kl_m == -INFINITY \? 0\.0f? : (?P=e)\((?P<y>.+) - kl_m\)\); (?P=m) = kl_m; \}")
 
