@@ -121,7 +121,8 @@ def one(name: str, out: Path, env: dict, budget_steps: int, deadline: float) -> 
         first, best = store.get_evaluation(start["eval_key"]), store.get_evaluation(_best_eval(traj))
     finally:
         store.close()
-    entry.update(status="done", rc=rc, run_id=traj["run_id"], stop_reason=traj["stop_reason"], kept=summ["kept"],
+    status = "start_failed" if traj["stop_reason"] == "start_failed" else "done"
+    entry.update(status=status, rc=rc, run_id=traj["run_id"], stop_reason=traj["stop_reason"], kept=summ["kept"],
                  steps=[{k: s.get(k) for k in ("seq", "kind", "backend", "skill", "flags", "status", "accepted", "note")}
                         for s in traj["steps"]],
                  env=(best or first or {}).get("env"))

@@ -123,6 +123,9 @@ def test_every_guard_style_reads_the_same_row(style, compiles):
     (kernel("if (r >= rows) return;\n    {body}",
             body="float s = 0.0f;\n    for (int c = 0; c < cols; ++c) { s += x[r * cols + c]; y[r * cols + c] = s; }"),
      "a scan, or a carried value"),
+    (kernel("if (r < rows) {{\n    {body}\n    }}",
+            body="y[r] = 0.0f;\n    for (int c = 0; c < cols; ++c) y[r] += x[r * cols + c];"),
+     "accumulates into memory (`y[r] += x[r * cols + c]`)"),
 ])
 def test_what_blocks_a_kernel_is_named(src, why):
     got = R.RowwiseRewriter().recognise(src)

@@ -396,8 +396,8 @@ def _read_pass(k: Kernel, st, gran: str, decls: dict, ptrs: dict, pnames: list[s
     if accs is None:
         return "a variable declared before it is written otherwise than reduced (a scan, or a carried value)"
     accesses = _read_accesses(k, body, var, ptrs)
-    if accesses is None:
-        return "it writes memory off its column, or reads what it writes at another offset"
+    if isinstance(accesses, str):
+        return accesses
     rparen = [c for c in st.children if c.type == ")"]
     return Pass(st.start_byte, st.end_byte, rparen[-1].end_byte, var, vtype, k.tree.text_of(cond).strip(),
                 (val.start_byte, val.end_byte), (upd.start_byte, upd.end_byte), (body.start_byte, body.end_byte),
@@ -511,9 +511,10 @@ def _conditional_extreme(k: Kernel, assign, v: str, typ: str) -> Acc | None:
     return Acc(v, kind, typ, _DEFAULT_FN.get((kind, typ), kind))
 
 
-def _read_accesses(k: Kernel, body, var: str, ptrs: dict) -> list[Access] | None:
-    """Subscripts of pointers at the pass's column (`p[c]`, `p[b + c]`, `p[c + b]`); None when the
-    body writes memory another column's iteration reads (any write not at such an index)."""
+def _read_accesses(k: Kernel, body, var: str, ptrs: dict) -> list[Access] | str:
+    """Subscripts of pointers at the pass's column (`p[c]`, `p[b + c]`, `p[(b * C + c) * L + l]`, through
+    local index variables); the reason when the body writes memory another column's iteration reads
+    (any write not at such an index, an accumulator kept in memory)."""
     out = []
     local = _locals(k, body, var)
     for n in walk(body):
@@ -534,16 +535,19 @@ def _read_accesses(k: Kernel, body, var: str, ptrs: dict) -> list[Access] | None
         if p is not None and p.type == "assignment_expression" and _strip(p.child_by_field_name("left")) == n:
             kind = "store" if p.child_by_field_name("operator").type == "=" else "update"
         if p is not None and p.type == "update_expression":
-            return None  # x[c]++: not a form the passes are read in
+            return f"it increments `{squash(k.tree.text_of(n))}` in memory"
         if lin is None:
+            if kind == "update" and not _depends(items[0], var, local):
+                return (f"it accumulates into memory (`{squash(k.tree.text_of(p))}`): a reduction this rewriter "
+                        "reads keeps its accumulator in a variable and stores it after the pass")
             if kind != "load":
-                return None  # a write off the column
+                return f"it writes `{squash(k.tree.text_of(n))}`, off its column"
             continue
         out.append(Access(arg.text.decode(), lin[0], kind, n.start_byte, n.end_byte, lin[1]))
     # a pointer the pass writes is read at no other offset in it
     for a in out:
         if a.kind != "load" and any(b.ptr == a.ptr and (b.base, b.stride) != (a.base, a.stride) for b in out):
-            return None
+            return f"it writes `{a.ptr}` at its column and reads it at another offset"
     return out
 
 
