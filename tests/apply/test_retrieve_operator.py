@@ -70,7 +70,10 @@ def test_the_operator_term_decides_over_a_larger_measured_effect(skills):
 def test_a_strided_reduction_takes_the_block_split_not_a_warp_per_row(skills):
     d = TARGETS["strided"]
     src = (d / "naive.cu").read_text()
-    assert "block_per_row" in reachable_mechanisms(src) and "warp_per_row" not in reachable_mechanisms(src)
+    reach = reachable_mechanisms(src)
+    assert "block_per_row" in reach and not {"warp_per_row", "online_softmax", "register_cache"} & reach
+    # a softmax's row takes the fusion of its passes, a one-pass sum does not
+    assert "online_softmax" in reachable_mechanisms((TARGETS["softmax"] / "naive.cu").read_text())
     _, cands = _ranked(skills, "strided")
     terms = {c["mechanism"]: c["terms"]["operator"] for c in cands}
     assert terms["block_per_row"] == 1.0 and terms["warp_per_row"] == 0.0

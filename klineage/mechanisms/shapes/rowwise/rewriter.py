@@ -131,8 +131,7 @@ class RowwiseRewriter(ShapeRewriter):
             "granularity": row.gran, "combine": row.combine, "passes": len(row.passes), "ops": ops,
             "pointers": dict(row.ptrs), "rows": row.rows, "cols": row.cols, "layout": row.layout,
             "stride": row.stride or "1", "vector": sorted(deco.vector), "cache": deco.items,
-            "mechanisms": sorted(present(row, deco)),
-            "refuses": sorted({WARP, SHUFFLE, VECTOR, CACHE}) if row.layout == "strided" else []})
+            "mechanisms": sorted(present(row, deco)), "refuses": sorted(_refuses(row, ops))})
 
     def rewrite(self, source: str, shape: Shape, mechanism: str, config: dict, workload=None) -> Applied | NotApplicable:
         if mechanism not in self.mechanisms:
@@ -145,6 +144,18 @@ class RowwiseRewriter(ShapeRewriter):
             return NotApplicable(f"the {mechanism} rewrite failed on this kernel: {type(e).__name__}: {e}")
         return Applied(out, mechanism, f"{shape.kernel}:{mechanism}", before=_kernel_text(source, shape.kernel),
                        after=_kernel_text(out, shape.kernel), config={"shape": "rowwise", **chosen})
+
+
+def _refuses(row: Row, ops: list[str]) -> set[str]:
+    """The mechanisms this kernel's shape cannot take whatever comes first: a strided row no warp per
+    row, shuffles, vectors or register cache; a row without a max and a sum pass no online softmax;
+    one pass nothing to keep in registers for a second."""
+    out = {WARP, SHUFFLE, VECTOR, CACHE} if row.layout == "strided" else set()
+    if not {"max", "sum"} <= set(ops) and "online" not in ops:
+        out.add(ONLINE)
+    if len(row.passes) < 2:
+        out.add(CACHE)
+    return out
 
 
 def _kernel_text(source: str, name: str) -> str:
