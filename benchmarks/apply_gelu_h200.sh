@@ -3,8 +3,9 @@
 # GPU into a copy of the shipped library, then gelu's evaluations exported for `--replay`.
 #   bash benchmarks/apply_gelu_h200.sh OUTDIR     (on the GPU machine; carry .whlx, built by
 #                                                  benchmarks/device_site.sh x; about 3 minutes)
-# Back here: cp OUTDIR/apply_gelu_pipeline.jsonl.gz benchmarks/results/apply_h200/
-# (the path pipelines/apply_gelu.toml names in apply.records); then
+# It writes OUTDIR/apply_gelu_pipeline_CARD.jsonl.gz, CARD the card it ran on (h100, h200). Back here:
+# copy it into benchmarks/results/ and name it in apply.records of pipelines/apply_gelu.toml (removing
+# the record it replaces); then
 #   klineage run pipelines/apply_gelu.toml --db COPY_OF_skills_db/skills.duckdb --replay
 # replays it on any machine (tests/cli/test_readme.py checks it once the file is there).
 set -uo pipefail
@@ -18,14 +19,20 @@ echo "rc=$?" >> "$out/apply_gelu.log"
 python3 - "$out" <<'PY'
 import sys
 from pathlib import Path
+sys.path.insert(0, "benchmarks")
 from klineage.store import open_store
 from klineage.workload import load_workload
+from record_names import named
 out = Path(sys.argv[1])
 store = open_store(out / "lib.duckdb")
-n = store.export_evaluations(out / "apply_gelu_pipeline.jsonl.gz",
-                             workload_hash=load_workload("apply_workloads/gelu").content_hash)
+wl = load_workload("apply_workloads/gelu").content_hash
+gpus = sorted({r.get("gpu") for r in store.find_evaluations(workload_hash=wl) if r.get("gpu")})
+if len(gpus) != 1:
+    sys.exit(f"gelu's evaluations name the GPUs {gpus}: expected the one this run measured on")
+name = named("apply_gelu_pipeline_{card}.jsonl.gz", gpus[0])
+n = store.export_evaluations(out / name, workload_hash=wl)
 store.close()
-print(f"{n} gelu evaluations exported")
+print(f"{n} gelu evaluations exported to {name}")
 PY
 rm -f "$out/lib.duckdb"
 tail -5 "$out/apply_gelu.log"

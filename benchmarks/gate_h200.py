@@ -3,23 +3,25 @@ the gate's own numbers (compile time, evaluation wall time, spread across fresh 
 with independent timers). Writes everything under --out; run on the GPU machine:
 
     python benchmarks/gate_h200.py --out $OUT
-    python benchmarks/gate_h200.py --out $OUT --gallery-faults-only --json-name gate_h200_gallery_faults.json
+    python benchmarks/gate_h200.py --out $OUT --gallery-faults-only --json-name 'gate_{card}_gallery_faults.json'
 
 The second form runs only the gallery (every kernel of tests/gallery, guard on and off) and the fault
 kernels (every kernel of tests/faults, and with the guard off those whose header has a `dynamic:`
 outcome), then one honest kernel to show the run went on: each entry records its status and error
 kind next to the header's expectation, the kernel's hash, and the hash of the gate worker's code that
-judged it (klineage.gate.worker_code_hash); the report holds the row_sum workload's hash and writes
-the evaluations beside it (NAME.jsonl.gz). tests/test_recorded_gate_h200.py compares all of it with
-the files as they are now, so a change to the worker, a kernel or a header fails until this is run
-again. It takes about 4 minutes on the H200; one device call, from the repository root, carrying
-.whlx (benchmarks/device_site.sh x; DuckDB for the store):
+judged it (klineage.gate.worker_code_hash, and each covered module's digest); the report holds the
+row_sum workload's hash and writes the evaluations beside it (NAME.jsonl.gz). `{card}` in --json-name
+is the card the run is on (h100, h200: benchmarks/record_names.py). tests/test_recorded_gallery_faults.py
+compares all of it with the files as they are now, so a change to the gate's code, a kernel or a
+header fails until this is run again. It takes about 4 minutes on an H100 or H200; one device call,
+from the repository root, carrying .whlx (benchmarks/device_site.sh x; DuckDB for the store):
 
     python3 -c "import tarfile; tarfile.open('.whlx/site.tar.xz').extractall('/tmp')" && \
       PYTHONPATH=/tmp/site:$PWD python3 benchmarks/gate_h200.py --out $OUT --gallery-faults-only \
-      --json-name gate_h200_gallery_faults.json
+      --json-name 'gate_{card}_gallery_faults.json'
 
-then copy $OUT/gate_h200_gallery_faults.{json,log,jsonl.gz} into benchmarks/results/. nvcc runs under
+then copy $OUT/gate_*_gallery_faults.{json,log,jsonl.gz} into benchmarks/results/ (removing the
+record of another card they replace). nvcc runs under
 --nvcc-timeout-s / --nvcc-memory-mb (the gate's defaults are 120 s and 8 GiB), so the nvcc-breaking
 faults end quickly.
 
@@ -31,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -42,41 +43,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from klineage.gate import worker_code_hash  # noqa: E402
+from klineage.gate import worker_code_digests, worker_code_hash  # noqa: E402
 from klineage.gate.compile import compile_kernel  # noqa: E402
 from klineage.gate.gate import Gate, GateConfig, kernel_hash  # noqa: E402
 from klineage.gate.pool import GateWorker  # noqa: E402
 from klineage.store import open_store  # noqa: E402
 from klineage.workload import load_workload  # noqa: E402
+from tests.support.headers import header, outcome_met  # noqa: E402  (the kernels' `// expect:` lines)
+from benchmarks.record_names import gpu_name, named  # noqa: E402
 
-HEADER = re.compile(r"^//\s*(pitfall|fault|expect|dynamic|why):\s*(.+)$", re.M)
-RECORD_COMMAND = ("python3 benchmarks/gate_h200.py --out $OUT --gallery-faults-only "
-                  "--json-name gate_h200_gallery_faults.json")
-
-
-def header(path: Path) -> dict:
-    """The `// key: value` lines of a gallery or fault kernel: pitfall or fault, expect (the gate as
-    shipped), dynamic (the guard off: STATUS, optionally followed by the error kind), why."""
-    return {k: v.strip() for k, v in HEADER.findall(path.read_text())}
-
-
-# Guard-off outcomes a race decides besides the header's: the detached host thread of host_thread.cu
-# launches its kernel about 1 ms after the entry returned, so the check reads the unwritten output
-# (INCORRECT), or the late launch writes into buffers the harness has freed or reused (an illegal
-# address). Either way the kernel fails the gate; which one is timing.
-RACED = {"host_thread.cu": ("RUNTIME_ERROR cuda_error",)}
-
-
-def outcome_met(got: dict, want: str | None, raced: tuple[str, ...] = ()) -> bool:
-    """Whether a recorded outcome ({"status", "error_kind"}) is the header's `STATUS [error_kind]` (or
-    one of `raced`, the outcomes a race may give instead)."""
-    if not want:
-        return False
-    for w in (want, *raced):
-        status, _, kind = w.partition(" ")
-        if got.get("status") == status and (not kind or got.get("error_kind") == kind.strip()):
-            return True
-    return False
+RECORD = "gate_{card}_gallery_faults.json"  # the gallery and faults record, named by its card
+RECORD_COMMAND = f"python3 benchmarks/gate_h200.py --out $OUT --gallery-faults-only --json-name '{RECORD}'"
 
 
 _LOG: list = []  # the open log file under --out, once main() has made it
@@ -181,7 +158,8 @@ def main() -> int:
                     help="only the gallery and the faults (= --skip-compile --skip-experts --skip-spread)")
     ap.add_argument("--nvcc-timeout-s", type=float, default=20.0, help="the gate's nvcc time limit for this run")
     ap.add_argument("--nvcc-memory-mb", type=int, default=4096, help="the gate's nvcc memory cap for this run")
-    ap.add_argument("--json-name", default="gate_bench.json", help="file name of the report under --out")
+    ap.add_argument("--json-name", default="gate_bench.json",
+                    help="file name of the report under --out; {card} is the card it runs on (h100, h200)")
     ns = ap.parse_args()
     if ns.gallery_faults_only:
         ns.skip_compile = ns.skip_experts = ns.skip_spread = True
@@ -190,13 +168,19 @@ def main() -> int:
     os.environ.setdefault("KLINEAGE_BUILD_CACHE", tempfile.mkdtemp(prefix="kl-builds-"))
     os.environ["KLINEAGE_NVCC_TIMEOUT_S"] = str(ns.nvcc_timeout_s)
     os.environ["KLINEAGE_NVCC_MEMORY_MB"] = str(ns.nvcc_memory_mb)
+    if "{card}" in ns.json_name:
+        gpu = gpu_name()
+        if gpu is None:
+            ap.error("--json-name names the card ({card}) but nvidia-smi shows no GPU: run it on the GPU machine")
+        ns.json_name = named(ns.json_name, gpu)
     report_path = out / ns.json_name
     _LOG.append(open(out / (ns.json_name.removesuffix(".json") + ".log"), "w"))
     report: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "flags": {k: getattr(ns, k) for k in ("skip_compile", "skip_experts", "skip_spread",
                                                             "skip_gallery", "spread_only", "quick")},
                     "nvcc_limits": {"timeout_s": ns.nvcc_timeout_s, "memory_mb": ns.nvcc_memory_mb},
-                    "worker_code_hash": worker_code_hash(), "command": " ".join(["python3", *sys.argv])}
+                    "worker_code_hash": worker_code_hash(),
+                    "worker_code_files": worker_code_digests(), "command": " ".join(["python3", *sys.argv])}
     store = open_store(out / "gate.duckdb")
     wl = {n: load_workload(ROOT / "expert_kernels" / n) for n in ("row_sum", "swiglu")}
     report["workload_hash"] = {n: w.content_hash for n, w in wl.items()}
@@ -251,7 +235,7 @@ def main() -> int:
                 entry[label] = {"harness_error": traceback.format_exc()[-800:]}
             entry[label]["worker_alive_after"] = worker.alive()
         entry["expect_met"] = outcome_met(entry["guarded"], h.get("expect")) and \
-            outcome_met(entry["unguarded"], h.get("dynamic"), RACED.get(p.name, ()))
+            outcome_met(entry["unguarded"], h.get("dynamic"))
         log(f"gallery {p.name}: guarded {entry['guarded'].get('status')} unguarded {entry['unguarded'].get('status')}"
             f" ({entry['unguarded'].get('error_kind')})")
         report["gallery"].append(entry)

@@ -12,15 +12,31 @@ Writes under DIR:
   heldout_h200_<tag>.jsonl.gz   every evaluation of the selected instances (primary and fallback
                                 references), what `klineage heldout --replay --records` reads
   report/heldout.json, report/heldout.txt, report/kernels/   the report (klineage.heldout.report schema)
-  heldout_h200_<tag>.json       this call: arguments, wall time, whether the time limit cut it, exported count
+  heldout_h200_<tag>.json       this call: arguments, wall time (per instance and family too), whether the
+                                time limit cut it, exported count
   heldout_h200_<tag>.front_end.json.gz   nvcc's front-end answers the run used (which sweep points build,
                                 sweep_axes = "buildable"), so a replay picks the same axes with no nvcc
   heldout_h200_<tag>.library.json.gz     the library the run measured (content hash, canonical dump) and the
                                 expert corpus its memorization audit read (klineage.heldout.records): a
                                 replay adopts them, so it stands when the shipped library changes later
 With a pipeline whose [heldout] sets structural = true (pipelines/heldout_structural.toml), --prebuild
-also builds, in a process of its own beside the run, the kernels of each searching condition's
-structural rewrites (if it keeps each) and its first sweep round after them.
+builds the plan a CPU machine wrote into the records folder (heldout_plan.jobs.json.xz, by
+--plan-pack: every kernel the conditions are known to gate first, klineage.heldout.plan.prebuild_kernels,
+with nvcc's front-end answers for their sweeps in heldout_plan.front_end.json.gz), in run order beside
+the run; without one, a process of its own works out each searching condition's structural
+rewrites and first sweep round and builds them (slow: the recognisers run on the device's CPU).
+
+    python benchmarks/heldout_h200.py --plan-pack DIR --config pipelines/heldout_structural.toml [--families F]
+        (a CPU machine with nvcc: writes DIR/heldout_plan.jobs.json.xz and DIR/heldout_plan.front_end.json.gz)
+
+Resuming over calls: each call exports, besides the evaluations, the rows it decided
+(<prefix>_<tag>.rows.json.gz: the run's rows, with the hash of the code that decided them); a later
+call seeded with them (--seed-recorded) takes the rows of the same run and code as decided and
+searches only what is left, in the same order, so no call measures what an earlier one recorded and
+none works through decided instances again. A call refuses to run on another GPU model than the
+seeded evaluations'. FlagGems' tuned configurations (flaggems_config_cache.tar.gz) go from call to
+call the same way, so every call times the reference at the configuration the first call's
+autotuning chose. The call record gives the wall time each instance and family took in it.
 Front-end answers recorded in the pipeline's records folder and the --seed-recorded paths (by this
 nvcc version) are read first: --front-end-answers writes the plan's, so a call asks nvcc for none of them.
 The database (--db, default /tmp/klineage_heldout_h200.duckdb, a copy of skills_db/skills.duckdb made
@@ -219,6 +235,182 @@ class StructuralBuild:
                 "wall_s_at_stop": round(time.perf_counter() - self.t0, 1)}
 
 
+PLAN_JOBS = "heldout_plan.jobs.json.xz"  # xz: the kernels' sources repeat each other across instances
+PLAN_FRONT_END = "heldout_plan.front_end.json.gz"
+ROWS_SUFFIX = ".rows.json.gz"
+
+
+def code_hash() -> str:
+    """sha256 over the klineage package's Python sources (names and bytes): the code that decides a
+    run's rows. Rows decided by other code are searched again from the records, not taken."""
+    import hashlib
+    h = hashlib.sha256()
+    pkg = ROOT / "klineage"
+    for f in sorted(pkg.rglob("*.py")):
+        data = f.read_bytes()
+        h.update(f"{f.relative_to(ROOT).as_posix()}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def card_prefix(nvidia_smi: str) -> str:
+    """The records' file prefix, named by the card the environment shows (heldout_h100 on an H100;
+    heldout_h200 otherwise, as the script has always named them)."""
+    return "heldout_h100" if "H100" in (nvidia_smi or "") else "heldout_h200"
+
+
+def plan_pack(out: Path, instances, cfg, library, sources) -> dict:
+    """Write what a device call needs of the plan into `out`: the kernels the conditions are known to
+    gate first (klineage.heldout.plan.prebuild_kernels) as PLAN_JOBS ({"nvcc", "sources": {hash:
+    source}, "instances": {name: [[hash, flags], ...]}}) and every nvcc front-end answer working
+    them out asked as PLAN_FRONT_END; returns counts and seconds per instance."""
+    import lzma
+    from klineage.apply.materialize import point_flags
+    from klineage.gate.compile import export_front_end_answers, nvcc_version
+    from klineage.gate.gate import kernel_hash
+    from klineage.heldout.plan import prebuild_kernels
+    srcs, per, secs = {}, {}, {}
+    for inst in instances:
+        t = time.perf_counter()
+        jobs = []
+        for src, point in prebuild_kernels(inst, cfg, library, sources):
+            h = kernel_hash(src)
+            srcs[h] = src
+            jobs.append([h, list(point_flags(point))])
+        per[inst.name] = jobs
+        secs[inst.name] = round(time.perf_counter() - t, 1)
+        print(f"plan: {inst.name}: {len(jobs)} kernels in {secs[inst.name]} s", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    with lzma.open(out / PLAN_JOBS, "wt", preset=9) as f:
+        json.dump({"nvcc": nvcc_version(), "config": cfg.to_dict(), "sources": srcs, "instances": per}, f,
+                  sort_keys=True)
+    n_fe = export_front_end_answers(out / PLAN_FRONT_END)
+    return {"instances": len(per), "kernels": sum(len(v) for v in per.values()),
+            "distinct": len({(h, tuple(f)) for v in per.values() for h, f in v}), "sources": len(srcs),
+            "front_end_answers": n_fe, "seconds": secs}
+
+
+def read_plan(paths, names: list[str]) -> list[tuple[str, tuple[str, ...]]] | None:
+    """(source, flags) of the plan's jobs for the instances `names`, in that order, from the first
+    PLAN_JOBS among `paths` (folders); None when there is none."""
+    import lzma
+    for p in map(Path, paths):
+        f = p / PLAN_JOBS if p.is_dir() else None
+        if f is not None and f.is_file():
+            with lzma.open(f, "rt") as fh:
+                plan = json.load(fh)
+            jobs = {}
+            for n in names:
+                for h, flags in plan["instances"].get(n, []):
+                    jobs[(plan["sources"][h], tuple(flags))] = None
+            return list(jobs)
+    return None
+
+
+def seeded_rows(paths, run_id: str, code: str) -> list[dict]:
+    """The decided rows (PASSED or FAILED) of run `run_id` that code `code` decided, from the
+    *.rows.json.gz files among `paths` (files or folders); later files win."""
+    import gzip
+    rows = {}
+    for p in map(Path, paths):
+        files = sorted(p.glob("*" + ROWS_SUFFIX)) if p.is_dir() else [p] if p.name.endswith(ROWS_SUFFIX) else []
+        for f in files:
+            with gzip.open(f, "rt") as fh:
+                rec = json.load(fh)
+            if rec.get("run_id") != run_id or rec.get("code") != code:
+                continue
+            for r in rec["rows"]:
+                if r["status"] in ("PASSED", "FAILED"):
+                    rows[(r["instance"], r["condition"])] = r
+    return list(rows.values())
+
+
+REFERENCE_CACHE = "flaggems_config_cache.tar.gz"
+
+
+def load_reference_cache(paths) -> Path:
+    """Point FlagGems' cache at a folder of this call (FLAGGEMS_CACHE_DIR, which the gate workers
+    inherit) and unpack into it the tuned configurations an earlier call of the run recorded
+    (REFERENCE_CACHE among `paths`): every call then times the reference at the configuration the
+    first call's autotuning chose, and skips the autotuning. Returns the folder."""
+    import tarfile
+    cache = Path(os.environ.setdefault("FLAGGEMS_CACHE_DIR", tempfile.mkdtemp(prefix="klineage-flaggems-")))
+    for p in map(Path, paths):
+        f = p / REFERENCE_CACHE if p.is_dir() else p if p.name == REFERENCE_CACHE else None
+        if f is not None and f.is_file():
+            with tarfile.open(f) as tf:
+                tf.extractall(cache, filter="data")
+            print(f"reference: FlagGems' tuned configurations from {f}", flush=True)
+            break
+    return cache
+
+
+def save_reference_cache(cache: Path, out: Path) -> bool:
+    """Pack FlagGems' tuned configurations (cache/config_cache) into out/REFERENCE_CACHE; False when
+    there are none."""
+    import tarfile
+    src = cache / "config_cache"
+    if not src.is_dir() or not any(src.iterdir()):
+        return False
+    with tarfile.open(out / REFERENCE_CACHE, "w:gz") as tf:
+        tf.add(src, arcname="config_cache")
+    return True
+
+
+def drop_records(path: Path, keys: set[str]) -> int:
+    """Rewrite the evaluation records file `path` without the records whose eval_key is in `keys`
+    (the same bytes for the same records); how many are left."""
+    import gzip
+    with gzip.open(path, "rt") as fh:
+        lines = [line for line in fh if line.strip() and json.loads(line)["eval_key"] not in keys]
+    path.write_bytes(gzip.compress("".join(lines).encode(), mtime=0))
+    return len(lines)
+
+
+def seeded_libraries(paths) -> set[str]:
+    """The hashes of the library records among `paths` (files or folders)."""
+    from klineage.heldout.records import LIBRARY_SUFFIX, read_library_record
+    found = []
+    for p in map(Path, paths):
+        found += sorted(p.glob("*" + LIBRARY_SUFFIX)) if p.is_dir() else [p] if p.name.endswith(LIBRARY_SUFFIX) else []
+    return {read_library_record(f)["hash"] for f in found}
+
+
+def _recorded(paths):
+    """Every evaluation record of the record files among `paths` (files or folders)."""
+    import gzip
+    from klineage.store.recorded import recorded_files
+    for p in map(Path, paths):
+        for f in (recorded_files(p) if p.is_dir() else [p] if p.name.endswith((".jsonl", ".jsonl.gz")) else []):
+            with (gzip.open(f, "rt") if f.suffix == ".gz" else open(f)) as fh:
+                yield from (json.loads(line) for line in fh if line.strip())
+
+
+def seeded_gpus(paths) -> set[str]:
+    """The GPU models of the recorded evaluations among `paths` (files or folders of earlier calls)."""
+    return {r["gpu"] for r in _recorded(paths) if r.get("gpu")}
+
+
+def recorded_keys(paths) -> set[str]:
+    """The eval keys of the recorded evaluations among `paths`."""
+    return {r["eval_key"] for r in _recorded(paths)}
+
+
+def wall_table(folder: Path) -> str:
+    """Markdown: the wall time each family took over the calls recorded in `folder` (each call's
+    family_wall_s, the calls' whole wall time beside them)."""
+    calls = [json.loads(f.read_text()) for f in sorted(Path(folder).glob("heldout_h*_call*.json"))]
+    fams: dict[str, float] = {}
+    for c in calls:
+        for fam, w in (c.get("family_wall_s") or {}).items():
+            fams[fam] = fams.get(fam, 0.0) + w
+    lines = ["| family | wall time over the calls |", "|---|---|"]
+    lines += [f"| {fam} | {w:.0f} s |" for fam, w in fams.items()]
+    lines.append(f"| all ({len(calls)} calls, start-up and export included) | "
+                 f"{sum(c.get('wall_s') or 0.0 for c in calls):.0f} s |")
+    return "\n".join(lines)
+
+
 def write_front_end_answers(path: Path, instances, cfg) -> int:
     """Ask nvcc's front end every question prebuild_jobs asks of these instances (their axes, the
     steered conditions' first two rounds, the prebuilt grids) and write the answers to `path`
@@ -263,8 +455,19 @@ def main() -> int:
                     help="write the nvcc front-end answers the plan asks (sweep_axes = \"buildable\": the axes, first "
                          "two rounds and prebuilt grids of the selected instances) to PATH (*.front_end.json.gz) and "
                          "exit: in the records folder, a device call with the same nvcc reads them instead of asking")
+    ap.add_argument("--plan-pack", type=Path, default=None, metavar="DIR",
+                    help="write the plan a device call prebuilds (heldout_plan.jobs.json.xz) and its nvcc front-end "
+                         "answers (heldout_plan.front_end.json.gz) into DIR (the pipeline's records folder) and exit; "
+                         "a CPU machine with nvcc")
+    ap.add_argument("--wall-table", type=Path, default=None, metavar="DIR",
+                    help="print the wall time each family took over the calls recorded in DIR (Markdown) and exit")
+    ap.add_argument("--prefix", default=None,
+                    help="the records' file prefix (default: heldout_h100 on an H100, else heldout_h200)")
     ns = ap.parse_args()
-    if ns.out is None and ns.front_end_answers is None:
+    if ns.wall_table is not None:
+        print(wall_table(ns.wall_table))
+        return 0
+    if ns.out is None and ns.front_end_answers is None and ns.plan_pack is None:
         ap.error("--out is required")
     import dataclasses
 
@@ -291,33 +494,72 @@ def main() -> int:
     instances = load_instances(hp.root, families, names)
     if ns.front_end_answers is not None:
         return write_front_end_answers(ns.front_end_answers, instances, hp.config)
+    if ns.plan_pack is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(ROOT / "skills_db" / "skills.duckdb", Path(tmp) / "lib.duckdb")
+            store = open_store(Path(tmp) / "lib.duckdb")
+            try:
+                lib = store.skills()
+                got = plan_pack(ns.plan_pack, instances, hp.config, lib, skill_sources(store, lib))
+            finally:
+                store.close()
+        print("plan:", json.dumps(got), flush=True)
+        return 0
     ns.out.mkdir(parents=True, exist_ok=True)
     env = environment()
+    prefix = ns.prefix or card_prefix(env["nvidia_smi"])
     (ns.out / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
     print("environment:", json.dumps(env), flush=True)
+    here = env["nvidia_smi"].split(",")[0].strip()
+    other = sorted(g for g in seeded_gpus(ns.seed_recorded) if g != here)
+    if other and not os.environ.get("KLINEAGE_ALLOW_MIXED_GPUS"):
+        print(f"refused: the seeded records were measured on {', '.join(other)}, this machine is {here}: a run's "
+              "calls must all run on one GPU model (ask the device for that kind), or seed none", flush=True)
+        return 2
     # answers recorded by this nvcc (the plan's, earlier calls'): the sweep's axes without asking again
-    print(f"front-end answers: {load_front_end(hp.records + list(ns.seed_recorded))} loaded", flush=True)
+    print(f"front-end answers: {load_front_end(list(dict.fromkeys(map(Path, hp.records + list(ns.seed_recorded)))))} loaded", flush=True)
+    reference_cache = load_reference_cache(list(ns.seed_recorded))
     db = ns.db
     if not db.exists():
         shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
     store = open_store(db)
     refuse_harness_errors(store)
     seeded = import_paths(store, ns.seed_recorded) if ns.seed_recorded else None
+    # in the run's own records folder already (the calls before): not exported again; whatever else this
+    # call used, measured or imported from elsewhere, goes into its file, so the folder replays alone
+    seeded_keys = recorded_keys(hp.records) if ns.seed_recorded else set()
     hashes = sorted({i.workload.content_hash for i in instances}
                     | {fallback_hash(i.workload.content_hash) for i in instances if i.has_fallback})
+    from klineage.heldout.run import run_id_for
+    code = code_hash()
+    run_id = run_id_for(instances, hp.config, store.skills())
+    rows_in = seeded_rows(ns.seed_recorded, run_id, code)
+    if rows_in:  # decided by an earlier call of this run with this code: not searched again
+        store.put_heldout_run({"run_id": run_id, "root": str(hp.root), "config": hp.config.to_dict(), "status": "running"})
+        for r in rows_in:
+            store.put_heldout_result(run_id, r)
+    decided = {(r["instance"], r["condition"]) for r in rows_in}
+    todo = [i for i in instances if any((i.name, c) not in decided for c in hp.config.conditions)]
+    print(f"rows: {len(rows_in)} decided by earlier calls of run {run_id}; {len(todo)} of {len(instances)} "
+          "instances left", flush=True)
     pre = None
     background = None
     structural_build = None
     if ns.prebuild:
         lib = store.skills()
-        if hp.config.structural:
-            structural_build = StructuralBuild(hp.root, instances, hp.config, lib, skill_sources(store, lib))
-            print(f"prebuild: structural paths of {len(instances)} instances in a process of their own", flush=True)
-        if ns.prebuild_wait:
-            pre = prebuild(instances, hp.config, lib, skill_sources(store, lib))
+        planned = read_plan(hp.records + list(ns.seed_recorded), [i.name for i in todo])
+        if planned is not None:
+            background = BackgroundBuild(planned)
+            print(f"prebuild: {len(background.futures)} planned kernels of {len(todo)} instances in the background",
+                  flush=True)
+        elif ns.prebuild_wait:
+            pre = prebuild(todo, hp.config, lib, skill_sources(store, lib))
             print("prebuild:", pre, flush=True)
         else:
-            background = BackgroundBuild(prebuild_jobs(instances, hp.config, lib, skill_sources(store, lib)))
+            if hp.config.structural:
+                structural_build = StructuralBuild(hp.root, todo, hp.config, lib, skill_sources(store, lib))
+                print(f"prebuild: structural paths of {len(todo)} instances in a process of their own", flush=True)
+            background = BackgroundBuild(prebuild_jobs(todo, hp.config, lib, skill_sources(store, lib)))
             print(f"prebuild: {len(background.futures)} kernels in the background", flush=True)
 
     def stop(*_):
@@ -329,9 +571,16 @@ def main() -> int:
     gate = Gate(store, hp.config.gate_config())
     llm, reason = llm_status(False, hp.config.model, hp.config.budget_usd)
 
+    walls: dict[str, float] = {}
+    mark, current = [time.perf_counter()], [None]
+
     def progress(event, **kw):
+        current[0] = kw.get("instance") or (kw.get("row") or {}).get("instance") or current[0]
         if event == "row":
             r = kw["row"]
+            now = time.perf_counter()  # the call's time, cut at each row: what each instance took
+            walls[r["instance"]] = walls.get(r["instance"], 0.0) + now - mark[0]
+            mark[0] = now
             sp = f"{r['speedup']:.3f}x {r.get('ci95')}" if r.get("speedup") else ""
             print(f"{time.perf_counter() - t0:7.1f}s {r['instance']} {r['condition']}: {r['status']} {sp} "
                   f"{(r.get('reason') or '')[:160]}", flush=True)
@@ -339,7 +588,11 @@ def main() -> int:
     cut, report, failure = False, None, None
     try:
         report = run_heldout(store, gate, instances, hp.config, hp.root, llm=llm, llm_reason=reason, progress=progress)
-        write_outputs(report, store, ns.out / "report")
+        if rows_in:  # the kernels of rows taken as decided are not in this database: the CPU replay writes it
+            print("report: rows of earlier calls were taken as decided; the report is written by the replay of "
+                  "the records on any machine (docs/heldout.md)", flush=True)
+        else:
+            write_outputs(report, store, ns.out / "report")
     except TimeLimit:
         cut = True
         print("time limit: stopping and exporting what was measured", flush=True)
@@ -352,6 +605,8 @@ def main() -> int:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if current[0] is not None:  # the instance the call stopped in (or finished with) gets the time since
+            walls[current[0]] = walls.get(current[0], 0.0) + time.perf_counter() - mark[0]
         if background is not None:
             pre = background.stop()
             print("prebuild:", pre, flush=True)
@@ -362,20 +617,37 @@ def main() -> int:
             gate.close()
         except Exception:  # noqa: BLE001 - closing a worker must not lose the export
             pass
-        n = store.export_evaluations(ns.out / f"heldout_h200_{tag}.jsonl.gz", workload_hashes=hashes)
+        # this call's evaluations: those the calls before recorded are in their own files already
+        n = store.export_evaluations(ns.out / f"{prefix}_{tag}.jsonl.gz", workload_hashes=hashes)
+        n = drop_records(ns.out / f"{prefix}_{tag}.jsonl.gz", seeded_keys) if seeded_keys else n
         # every front-end answer the run used, which a replay needs to choose the same sweep axes
-        n_fe = export_front_end_answers(ns.out / f"heldout_h200_{tag}{FRONT_END_SUFFIX}")
+        n_fe = export_front_end_answers(ns.out / f"{prefix}_{tag}{FRONT_END_SUFFIX}")
         # the library the run measured and the corpus its audit read, so a replay stands when they change
-        library = write_library_record(store, ns.out / f"heldout_h200_{tag}{LIBRARY_SUFFIX}")
+        # (one record: a call seeded with the same library's record writes none)
+        library = write_library_record(store, ns.out / f"{prefix}_{tag}{LIBRARY_SUFFIX}")
+        if library["hash"] in seeded_libraries(ns.seed_recorded):
+            (ns.out / f"{prefix}_{tag}{LIBRARY_SUFFIX}").unlink()
+        save_reference_cache(reference_cache, ns.out)
+        rows_out = [r for r in store.heldout_results(run_id) if r["status"] in ("PASSED", "FAILED")]
+        import gzip
+        with gzip.open(ns.out / f"{prefix}_{tag}{ROWS_SUFFIX}", "wt") as fh:
+            json.dump({"run_id": run_id, "code": code, "rows": rows_out}, fh, sort_keys=True)
         store.close()
+    fam_of = {i.name: i.family for i in instances}
+    by_family: dict[str, float] = {}
+    for inst, w in walls.items():
+        by_family[fam_of[inst]] = by_family.get(fam_of[inst], 0.0) + w
     record = {"benchmark": "heldout_h200", "args": {k: str(v) for k, v in vars(ns).items()}, "tag": tag,
               "config": hp.config.to_dict(), "instances": [i.name for i in instances], "environment": env,
               "seeded_from_recorded": seeded, "prebuild": pre, "exported_evaluations": n,
               "exported_front_end_answers": n_fe, "library": library,
               "cut_by_time_limit": cut, "failure": failure, "wall_s": round(time.perf_counter() - t0, 1),
+              "rows_seeded": len(rows_in), "rows_decided": len(rows_out), "code": code,
+              "instance_wall_s": {k: round(v, 1) for k, v in walls.items()},
+              "family_wall_s": {k: round(v, 1) for k, v in sorted(by_family.items())},
               "run_id": report["run_id"] if report else None,
               "verdict": report["summary"]["verdict"] if report else None}
-    (ns.out / f"heldout_h200_{tag}.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+    (ns.out / f"{prefix}_{tag}.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
     print(f"exported {n} evaluations; wall {record['wall_s']} s", flush=True)
     if report:
         from klineage.report.text import format_heldout

@@ -7,29 +7,29 @@ The live run (one device call, about 5 minutes on an H200): a fresh build cache,
 walks can visit built in parallel first (one nvcc per core), then `mine` over the configuration
 (pipelines/mine_gallery.toml: the layernorm_cg and reduce_blocks ladders by the versions proposer,
 the softmax_online expert by the rules, stress probes and static preconditions after the walks) into
-a fresh database. It writes
+a fresh database. It writes, CARD being the card it runs on (h100, h200: benchmarks/record_names.py),
 
-    DIR/mine_gallery_h200.json           summary: lineages, evaluations, phases, the GPU environment
-    DIR/mine_gallery_h200.jsonl.gz       every evaluation (what a replay reads)
-    DIR/mine_gallery_h200_dump.json.gz   the canonical dump of the library it stored
-    DIR/mine_gallery_h200.log            (from the shell that runs it)
+    DIR/mine_gallery_CARD.json           summary: lineages, evaluations, phases, the GPU environment
+    DIR/mine_gallery_CARD.jsonl.gz       every evaluation (what a replay reads)
+    DIR/mine_gallery_CARD_dump.json.gz   the canonical dump of the library it stored
+    DIR/mine_gallery.log                 (from the shell that runs it)
 
 At `--time-limit` seconds (or on SIGTERM) it stops, exports what it measured and exits 3; a next
-call with `--seed DIR_OF_THE_FIRST/mine_gallery_h200.jsonl.gz` continues from those records (its
-export holds them too). Back on this machine, commit DIR as benchmarks/results/mine_gallery_h200/:
-tests/test_mine_gallery_h200.py then replays the configuration from those records and compares
-lineages and skills with the dump.
+call with `--seed DIR_OF_THE_FIRST/mine_gallery_CARD.jsonl.gz` continues from those records (its
+export holds them too). Back on this machine, commit DIR as benchmarks/results/mine_gallery_CARD/
+(removing the record of another card it replaces): tests/test_mine_gallery_record.py then replays
+the configuration from those records and compares lineages and skills with the dump.
 
 `--check-kernels` first runs every kernel file of the gallery (naive, versions, expert) through a
-correctness-only gate on every benchmark and probe shape and writes DIR/mine_gallery_h200_check.json.
+correctness-only gate on every benchmark and probe shape and writes DIR/mine_gallery_CARD_check.json.
 `--dry-plan` (any machine, no GPU, no nvcc) prints what the live run will do: its targets, the steps
 an all-accepting walk of each takes (the walk's proposals, audited, with the gate scripted to pass)
-and the kernels the prebuild compiles; it writes DIR/mine_gallery_h200_plan.json.
+and the kernels the prebuild compiles; it writes DIR/mine_gallery_plan.json.
 
 On the device, with .whlx carried (benchmarks/device_site.sh x):
     python3 -c "import tarfile; tarfile.open('.whlx/site.tar.xz').extractall('/tmp')"
     PYTHONPATH=/tmp/site:$PWD python3 benchmarks/mine_gallery_h200.py --out $OUT/g --time-limit 540 \
-        > $OUT/g/mine_gallery_h200.log 2>&1
+        > $OUT/g/mine_gallery.log 2>&1
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 CONFIG = ROOT / "pipelines" / "mine_gallery.toml"
 GALLERY = ROOT / "style_gallery" / "ladders"
-STEM = "mine_gallery_h200"
+STEM = "mine_gallery_{card}"  # the record's files, named by the card the run is on
 
 
 def gallery_names(run) -> set[str]:
@@ -89,7 +89,7 @@ def plan(config: Path) -> dict:
     return out
 
 
-def check_kernels(run, out: Path) -> dict:
+def check_kernels(run, out: Path, stem: str) -> dict:
     """Every kernel file of the configuration's workloads through a correctness-only gate."""
     from klineage.gate.gate import Gate, GateConfig
     from klineage.workload import load_workload
@@ -108,7 +108,7 @@ def check_kernels(run, out: Path) -> dict:
     finally:
         gate.close()
     result = {"kernels": rows, "passed": sum(r["status"] == "PASSED" for r in rows), "total": len(rows)}
-    (out / f"{STEM}_check.json").write_text(json.dumps(result, indent=1))
+    (out / f"{stem}_check.json").write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -127,10 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     ns.out.mkdir(parents=True, exist_ok=True)
     if ns.dry_plan:
         p = plan(ns.config)
-        (ns.out / f"{STEM}_plan.json").write_text(json.dumps(p, indent=1, default=str))
+        (ns.out / "mine_gallery_plan.json").write_text(json.dumps(p, indent=1, default=str))
         print(json.dumps(p, indent=1, default=str))
         return 0
 
+    from record_names import gpu_name, named
+    gpu = gpu_name()
+    if gpu is None:
+        ap.error("no GPU (nvidia-smi shows none): the live run needs one; --dry-plan runs anywhere")
+    stem = named(STEM, gpu)
     os.environ["KLINEAGE_HOME"] = tempfile.mkdtemp(prefix="klineage-gallery-")  # fresh build cache
     from klineage.gate.compile import compile_many
     from klineage.gate.gate import Gate
@@ -145,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     if ns.time_limit:
         signal.setitimer(signal.ITIMER_REAL, ns.time_limit)
     run, _ = load_config(ns.config)
-    result: dict = {"benchmark": STEM, "config": str(ns.config.resolve().relative_to(ROOT)),
+    result: dict = {"benchmark": stem, "config": str(ns.config.resolve().relative_to(ROOT)),
                     "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    db = ns.out / f"{STEM}.duckdb"
+    db = ns.out / f"{stem}.duckdb"
     if db.exists():
         db.unlink()
     store = open_store(db)
@@ -158,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     rc = 0
     try:
         if ns.check_kernels:
-            result["check"] = check_kernels(run, ns.out)
+            result["check"] = check_kernels(run, ns.out, stem)
         t0 = time.perf_counter()
         built = compile_many(list(walk_sources(run, gallery_names(run))))
         result["prebuild"] = {"kernels": len(built), "ok": sum(r.ok for r in built),
@@ -173,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{l['termination']} {l['remaining']}: {' -> '.join(l['mechanisms'])}", flush=True)
         print(f"evaluations {summary['evaluations']}, skills {len(summary['skills'])}, "
               f"wall {summary['phases']['wall_s']:.1f} s", flush=True)
-        with gzip.open(ns.out / f"{STEM}_dump.json.gz", "wt", compresslevel=9) as fh:
+        with gzip.open(ns.out / f"{stem}_dump.json.gz", "wt", compresslevel=9) as fh:
             fh.write(json.dumps(store.canonical_dump(), indent=1, sort_keys=True, default=str))
     except KeyboardInterrupt:
         print("stopped at the time limit: exporting what was measured", flush=True)
@@ -183,11 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.setitimer(signal.ITIMER_REAL, 0)
         if gate is not None:
             gate.close()
-        n = store.export_evaluations(ns.out / f"{STEM}.jsonl.gz")
+        n = store.export_evaluations(ns.out / f"{stem}.jsonl.gz")
         store.close()
         db.unlink(missing_ok=True)
         result["exported_evaluations"] = n
-        (ns.out / f"{STEM}.json").write_text(json.dumps(result, indent=1, default=str))
+        (ns.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
         print(f"exported {n} evaluations to {ns.out}", flush=True)
     return rc
 

@@ -60,8 +60,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from klineage.apply.materialize import bake, tunables  # noqa: E402  (the sweep's own reading of tuning constants)
+from tests.support.headers import header, statuses  # noqa: E402  (the kernels' `// expect:` lines)
 
-HEADER = re.compile(r"^//\s*(pitfall|fault|expect|dynamic|why):\s*(.+)$", re.M)
 ENTRY = re.compile(r'extern\s+"C"[^;{]*\)\s*\{')
 LAUNCH = re.compile(r"^[ \t]*[\w:]+(?:<[^<>;]*>)?\s*<<<[^;]*;", re.M)
 SHORT_TIMING = {"warmup": 2, "reps": 5, "trials": 2, "floor_factor": 0.9}
@@ -81,10 +81,6 @@ class Cand:
     full: bool = False  # the whole gate (timing included) rather than correctness only
     expect: str | None = None  # from a gallery or fault header
     meta: dict = field(default_factory=dict)
-
-
-def header(text: str) -> dict:
-    return {k: v.strip() for k, v in HEADER.findall(text)}
 
 
 def sweep(source: str) -> list[dict[str, int]]:
@@ -124,8 +120,8 @@ def corpus_files() -> list[tuple[Path, Path]]:
 
 
 def _status(outcome: str | None) -> str | None:
-    """The status of a header's `dynamic: STATUS [error_kind]`."""
-    return outcome.split()[0] if outcome else None
+    """The statuses a header's `dynamic: STATUS [error_kind] | ...` names, joined by ` | `."""
+    return " | ".join(statuses(outcome)) or None
 
 
 def build_candidates(count: int, seed: int = 20261204) -> list[Cand]:

@@ -9,7 +9,7 @@ written builds with nvcc. CPU only.
 
 A kernel is reached when some rewriter writes at least one candidate from it and every candidate it
 writes builds. The operator class of a kernel comes from its folder name (matmul_, bmm_, linear_:
-matmul; sum_: reduction; softmax_, logsoftmax_: softmax; layernorm_, rmsnorm_: normalisation; the
+matmul; sum_: reduction; softmax_, logsoftmax_, log_softmax: softmax; layernorm_, rmsnorm_: normalisation; the
 rest: other, not counted). --check exits 1 unless each of the four classes is reached on at least
 80% of its kernels and every candidate builds. --no-build records no builds (what the CPU test's
 replay recomputes: the candidates, by content hash).
@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 APPLY = ROOT / "apply_workloads"
 RECORD = ROOT / "benchmarks" / "results" / "structural_reach.json"
-CLASSES = {"matmul": ("matmul_", "bmm_", "linear_"), "reduction": ("sum_",), "softmax": ("softmax_", "logsoftmax_"),
-           "normalisation": ("layernorm_", "rmsnorm_")}
+CLASSES = {"matmul": ("matmul_", "bmm_", "linear_"), "reduction": ("sum_",),
+           "softmax": ("softmax_", "logsoftmax_", "log_softmax"), "normalisation": ("layernorm_", "rmsnorm_")}
 MIN_REACH = 0.8
 
 

@@ -126,6 +126,7 @@ class HeldoutTable(Table):
     failure_speedup: Optional[float] = expect("float")
     final_rounds: Optional[int] = expect("int")
     foreign: Optional[dict[str, list[str]]] = expect("family = [unrelated family names]")
+    idiom_arm: Optional[bool] = expect("bool")
     model: Optional[str] = expect("str")
     out: Optional[str] = expect("str")
     records: Optional[str] = expect("str")

@@ -17,6 +17,7 @@ trajectory can always be read back.
            root (folder of instances), conditions (list), budget, seed, final_rounds, sweep_rounds,
            sweep_axes (source/buildable), admission (bool), structural (bool: structural rewrites
            first, the controls the same rewriters without the library; klineage.heldout.run),
+           idiom_arm (bool: with structural, a reduction's idiom kernel is an arm beside its naive start),
            vendor (auto/primary/fallback), failure_speedup, records (folder of recorded evaluations
            a --replay imports), out (folder), model, budget_usd, and [heldout.foreign]: family ->
            list of unrelated families (klineage.heldout.run.DEFAULT_FOREIGN when absent)
@@ -112,7 +113,7 @@ def heldout_pipeline(path: Path, raw: dict) -> HeldoutPipeline:
             raise PipelineError(f"{path}: heldout.conditions: {c!r} is not one of {', '.join(CONDITIONS)}")
     gate = raw.get("gate", {})
     kw = {k: ho[k] for k in ("budget", "seed", "final_rounds", "sweep_rounds", "sweep_axes", "admission", "structural",
-                             "vendor", "failure_speedup", "model", "budget_usd") if k in ho}
+                             "idiom_arm", "vendor", "failure_speedup", "model", "budget_usd") if k in ho}
     if "conditions" in ho:
         kw["conditions"] = tuple(ho["conditions"])
     if "foreign" in ho:

@@ -117,6 +117,8 @@ def test_a_harness_fault_stops_the_run_before_it_is_stored(tmp_path, monkeypatch
     with gzip.open(out / "heldout_h200_rmsnorm_16384x4096.jsonl.gz", "rt") as f:
         recs = [json.loads(line) for line in f]
     assert len(recs) == rec["exported_evaluations"] >= 3  # the idiom kernel: its evaluation and two final rounds
+    assert rec["family_wall_s"]["reduction"] == rec["instance_wall_s"]["rmsnorm_16384x4096"] > 0
+    assert rec["rows_seeded"] == 0 and rec["rows_decided"] == 1  # the idiom row; the fault stopped the other
     assert all(r["status"] == "PASSED" for r in recs)
     store = open_store(db)
     try:
@@ -205,3 +207,100 @@ def test_the_plans_front_end_answers_are_recorded_and_answer_for_nvcc(tmp_path, 
     from klineage.store.recorded import load_front_end
     assert load_front_end([tmp_path / "records"]) == 2
     assert [compile_mod.front_end_accepts(src, extra_flags=f) for f in asks] == [True, False]
+
+
+def test_the_plan_lists_each_conditions_first_kernels(monkeypatch, library):
+    """prebuild_kernels on a reduction with the structural pipeline's conditions (unfiltered axes here:
+    no nvcc): the starts, every condition's structural path, control-structural's chain and its first
+    points on each kernel of it, the random control's draws on its path's end and its start, and the
+    idiom arm's points."""
+    from klineage.heldout.plan import prebuild_kernels, structural_control_round, structural_paths
+    from klineage.apply.materialize import random_points
+    from klineage.heldout.sources import random_seed
+    (inst,) = load_instances(ROOT / "heldout", ["reduction"], ["rmsnorm_8192x8192"])
+    cfg = HeldoutConfig(conditions=("idiom", "skills", "control-random", "control-foreign", "control-structural"),
+                        structural=True, idiom_arm=True, sweep_rounds=3, seed=20261205)
+    got = {(s, tuple(sorted(p.items()))) for s, p in prebuild_kernels(inst, cfg, *library)}
+    kernels = {s for s, p in got if not p}
+    assert {src for _, src in inst.starts.values()} <= kernels
+    paths = structural_paths(inst, cfg, *library)
+    assert paths["control-structural"] == paths["control-random"] and paths["control-structural"]
+    for path in paths.values():
+        assert {st["source"] for st in path} <= kernels
+    chain = structural_control_round(inst, cfg, paths["control-structural"])
+    assert len(chain) == 1 + len(paths["control-structural"])
+    srcs = [inst.starts["naive"][1]] + [st["source"] for st in paths["control-structural"]]
+    for src, pts in zip(srcs, chain.values()):
+        assert pts and {(src, tuple(sorted(p.items()))) for p in pts} <= got
+    seed = random_seed(cfg.seed, inst.name)
+    for src in (paths["control-random"][-1]["source"], inst.starts["naive"][1], inst.starts["idiom"][1]):
+        assert {(src, tuple(sorted(p.items()))) for p in random_points(src, cfg.budget, seed)[1:]} <= got
+
+
+def test_a_plan_pack_is_read_back_in_the_runs_order(tmp_path):
+    import json
+    import lzma
+    plan = {"sources": {"a": "A", "b": "B"}, "instances": {"x": [["a", []], ["b", ["-DN=2"]]], "y": [["a", []]]}}
+    (tmp_path / heldout_h200.PLAN_JOBS).write_bytes(lzma.compress(json.dumps(plan).encode()))
+    assert heldout_h200.read_plan([tmp_path], ["y", "x"]) == [("A", ()), ("B", ("-DN=2",))]
+    assert heldout_h200.read_plan([tmp_path / "none"], ["x"]) is None
+
+
+def test_rows_of_the_same_run_and_code_are_taken_others_are_searched_again(tmp_path):
+    import gzip
+    import json
+
+    def rows(run, code, name, status="PASSED"):
+        recs = {"run_id": run, "code": code, "rows": [{"instance": "i", "condition": "skills", "status": status},
+                                                      {"instance": "j", "condition": "idiom", "status": "MISSING"}]}
+        (tmp_path / name).write_bytes(gzip.compress(json.dumps(recs).encode()))
+    rows("r1", "c1", "heldout_h100_call1.rows.json.gz")
+    rows("r2", "c1", "heldout_h100_other.rows.json.gz")
+    rows("r1", "c0", "heldout_h100_old.rows.json.gz", status="FAILED")
+    got = heldout_h200.seeded_rows([tmp_path], "r1", "c1")
+    assert got == [{"instance": "i", "condition": "skills", "status": "PASSED"}]
+    assert heldout_h200.seeded_rows([tmp_path], "r1", "c2") == []
+    assert len(heldout_h200.code_hash()) == 64
+
+
+def test_a_call_refuses_records_of_another_gpu(tmp_path, monkeypatch):
+    import gzip
+    import json
+    rec = tmp_path / "records"
+    rec.mkdir()
+    (rec / "heldout_h200_call1.jsonl.gz").write_bytes(gzip.compress(json.dumps(
+        {"gpu": "NVIDIA H200", "eval_key": "k"}).encode() + b"\n"))
+    assert heldout_h200.seeded_gpus([rec]) == {"NVIDIA H200"}
+    monkeypatch.setattr(heldout_h200, "environment", lambda: {"nvidia_smi": "NVIDIA H100 80GB HBM3, 580.159.04"})
+    monkeypatch.setattr(sys, "argv", ["heldout_h200.py", "--out", str(tmp_path / "out"), "--db", str(tmp_path / "d.db"),
+                                      "--instances", "rmsnorm_16384x4096", "--seed-recorded", str(rec)])
+    assert heldout_h200.main() == 2
+    assert heldout_h200.card_prefix("NVIDIA H100 80GB HBM3, 580") == "heldout_h100"
+    assert heldout_h200.card_prefix("NVIDIA H200, 580") == heldout_h200.card_prefix("") == "heldout_h200"
+
+
+def test_the_references_tuned_configurations_go_from_call_to_call(tmp_path, monkeypatch):
+    """A call packs FlagGems' tuned configurations; the next, seeded with them, unpacks them where its
+    gate workers' FlagGems looks (FLAGGEMS_CACHE_DIR), so both time the reference at one configuration."""
+    monkeypatch.setenv("FLAGGEMS_CACHE_DIR", str(tmp_path / "first"))
+    cache = heldout_h200.load_reference_cache([tmp_path / "nothing"])
+    assert cache == tmp_path / "first"
+    out = tmp_path / "out"
+    out.mkdir()
+    assert not heldout_h200.save_reference_cache(cache, out)  # nothing tuned yet
+    (cache / "config_cache").mkdir(parents=True)
+    (cache / "config_cache" / "TunedConfig_NVIDIA_H100_80GB_HBM3_triton_3_6.db").write_bytes(b"sqlite")
+    assert heldout_h200.save_reference_cache(cache, out)
+    monkeypatch.setenv("FLAGGEMS_CACHE_DIR", str(tmp_path / "second"))
+    again = heldout_h200.load_reference_cache([out])
+    assert (again / "config_cache" / "TunedConfig_NVIDIA_H100_80GB_HBM3_triton_3_6.db").read_bytes() == b"sqlite"
+
+
+def test_a_calls_export_leaves_out_what_the_calls_before_recorded(tmp_path):
+    import gzip
+    import json
+    f = tmp_path / "x.jsonl.gz"
+    f.write_bytes(gzip.compress(b"".join(json.dumps({"eval_key": k}).encode() + b"\n" for k in "abc")))
+    assert heldout_h200.drop_records(f, {"b"}) == 2
+    with gzip.open(f, "rt") as fh:
+        assert [json.loads(line)["eval_key"] for line in fh] == ["a", "c"]

@@ -3,11 +3,10 @@
 - The scripts written from swiglu's ladder walk it from expert.cu to naive.cu through the real SDK,
   the real LLMProposer and Walker (a scripted gate: no GPU), each wrong answer rejected where it should be.
 - The benchmark with --dry-run sends nothing and prints a prompt and an estimate for every command.
-- The benchmark with --replay on this machine: the whole chain of CLI commands from recorded
-  evaluations. With the H200 run's records (benchmarks/results/llm_h200.jsonl[.gz]) it rebuilds that run's
-  lineage and trajectories decision for decision; without them the ladder's corpus records still
-  carry the walk to naive.cu, and the baselines' own kernels are listed as not replayed.
-- The recorded H200 run (benchmarks/results/llm_h200.json, skipped until it exists): the lineage
+- The benchmark with --replay on this machine: the whole chain of CLI commands from the H200 run's
+  recorded evaluations (benchmarks/results/llm_h200.jsonl.gz), rebuilding that run's lineage and
+  trajectories decision for decision; a missing or empty record fails.
+- The recorded H200 run (benchmarks/results/llm_h200.json): the lineage
   reached naive.cu live on the GPU, every method has a measured trajectory that `apply show` and the
   report read, and the two cost accounts agree.
 """
@@ -36,9 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SWIGLU = ROOT / "expert_kernels" / "swiglu"
 RESULTS = ROOT / "benchmarks" / "results"
 RECORD = RESULTS / "llm_h200.json"
-# its evaluations, plain or gzip-compressed (never in skills_db/evaluations: the corpus replay reads those)
-RECORDED_EVALS = next((p for p in (RESULTS / "llm_h200.jsonl", RESULTS / "llm_h200.jsonl.gz") if p.is_file()),
-                      RESULTS / "llm_h200.jsonl")
+# its evaluations (never in skills_db/evaluations: the corpus replay reads those)
+RECORDED_EVALS = RESULTS / "llm_h200.jsonl.gz"
+RECORD_IT = "record it: python benchmarks/llm_h200.py --out DIR on the H200 (one device call), then copy DIR/llm_h200.*"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import llm_h200  # noqa: E402
 
@@ -93,12 +92,11 @@ def test_dry_run_sends_nothing_and_prints_every_prompt(tmp_path):
 
 @pytest.mark.nvcc
 def test_replay_runs_every_command_end_to_end(tmp_path):
-    """Every command through the CLI from recorded evaluations (the gate compiles each kernel, then
-    reads its record): the H200 run's when it is there, else the corpus records of the ladder."""
-    args = ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--replay"]
-    recorded = RECORD.is_file() and RECORDED_EVALS.is_file()
-    if recorded:
-        args += ["--import", str(RECORDED_EVALS)]
+    """Every command through the CLI from the H200 run's recorded evaluations (the gate compiles each
+    kernel, then reads its record), rebuilt decision for decision."""
+    for f in (RECORD, RECORDED_EVALS):
+        assert f.is_file() and f.stat().st_size > 0, f"{f.name} is missing or empty: {RECORD_IT}"
+    args = ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--replay", "--import", str(RECORDED_EVALS)]
     rc = llm_h200.main(args)
     d = json.loads((tmp_path / "out" / "llm_h200.json").read_text())
     assert rc == 0, d["checks"]
@@ -110,23 +108,18 @@ def test_replay_runs_every_command_end_to_end(tmp_path):
         steps = b["run"]["steps"]
         assert steps[0]["kind"] == "start" and steps[0]["status"] == "PASSED", method  # the naive kernel's record
         assert b["apply_show"]["same_steps"]
-    if recorded:  # the H200 run, rebuilt decision for decision
-        rec = json.loads(RECORD.read_text())
-        assert [s["simpler_hash"] for s in lin["steps"]] == [s["simpler_hash"] for s in rec["mine"]["lineage"]["steps"]]
-        assert [r["kind"] for r in lin["rejections"]] == [r["kind"] for r in rec["mine"]["lineage"]["rejections"]]
-        for method, b in d["baselines"].items():
-            want = rec["baselines"][method]["run"]
-            got = [(s["status"], s["accepted"]) for s in b["run"]["steps"]]
-            exp = [(s["status"], s["accepted"]) for s in want["steps"]]
-            if method == "expert-source":  # its prompt holds the corpus's experts: their size sets when the budget ends
-                got, exp = got[:min(len(got), len(exp))], exp[:min(len(got), len(exp))]
-            else:
-                assert not b["run"]["summary"]["missing"], method
-            assert got == exp and b["run"]["stop_reason"] == want["stop_reason"], method
-    else:  # the baselines' tagged kernels were never measured: listed, and the run exits 4
-        for method, b in d["baselines"].items():
-            assert b["rc"] == 4 and b["run"]["summary"]["missing"], method
-            assert "NOT_REPLAYED" in {s["status"] for s in b["run"]["steps"]}
+    rec = json.loads(RECORD.read_text())
+    assert [s["simpler_hash"] for s in lin["steps"]] == [s["simpler_hash"] for s in rec["mine"]["lineage"]["steps"]]
+    assert [r["kind"] for r in lin["rejections"]] == [r["kind"] for r in rec["mine"]["lineage"]["rejections"]]
+    for method, b in d["baselines"].items():
+        want = rec["baselines"][method]["run"]
+        got = [(s["status"], s["accepted"]) for s in b["run"]["steps"]]
+        exp = [(s["status"], s["accepted"]) for s in want["steps"]]
+        if method == "expert-source":  # its prompt holds the corpus's experts: their size sets when the budget ends
+            got, exp = got[:min(len(got), len(exp))], exp[:min(len(got), len(exp))]
+        else:
+            assert not b["run"]["summary"]["missing"], method
+        assert got == exp and b["run"]["stop_reason"] == want["stop_reason"], method
 
 
 def test_the_llm_run_records_stay_out_of_the_corpus_records():
@@ -137,7 +130,7 @@ def test_the_llm_run_records_stay_out_of_the_corpus_records():
 
 @pytest.fixture(scope="module")
 def record():
-    assert RECORD.is_file(), "benchmarks/results/llm_h200.json is missing: record it (python benchmarks/llm_h200.py --out DIR on the H200)"
+    assert RECORD.is_file() and RECORD.stat().st_size > 0, f"{RECORD.name} is missing or empty: {RECORD_IT}"
     return json.loads(RECORD.read_text())
 
 

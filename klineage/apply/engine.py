@@ -186,9 +186,11 @@ class Pending:
 
 class Strategy:
     """One way of producing candidates. `queue(search)` gives this round's; `batch`: every one of
-    them is gated before the fastest is kept (a sweep), else the first faster one is kept at once."""
+    them is gated before the fastest is kept (a sweep), else the first faster one is kept at once
+    (`keeps_passing`: the first that passes, faster or not)."""
     backend = ""
     batch = False
+    keeps_passing = False
     materializer = None
 
     def queue(self, search: "Search") -> list[Pending]:
@@ -197,11 +199,12 @@ class Strategy:
 
 class StructuralRewrites(Strategy):
     """A shape rewriter's next mechanism for the best, alone in its round (next_structural); nothing
-    without a `structural` spec."""
+    without a `structural` spec. With "keep": "passing" in the spec, a rewrite that passes the gate
+    becomes the best whether or not it is faster (`keeps_passing`)."""
     backend = "rules"
 
-    def __init__(self, materializer):
-        self.materializer = materializer
+    def __init__(self, materializer, keeps_passing: bool = False):
+        self.materializer, self.keeps_passing = materializer, keeps_passing
 
     def queue(self, s: "Search") -> list[Pending]:
         entry = next_structural(s.cfg, s.retrieval, s.tried, s.best.key, s.best.source, s.wl)
@@ -271,7 +274,7 @@ class Search:
     when it has a candidate, makes the round alone, and the others, queued in order."""
 
     def __init__(self, store, gate, wl, skills, cfg, run: dict, budget: Budget, plan, llm=None, replay: bool = False,
-                 progress=None):
+                 progress=None, bottleneck: dict | None = None):
         self.store, self.gate, self.wl, self.skills, self.cfg = store, gate, wl, skills, cfg
         self.run_row, self.run_id, self.budget = run, run["run_id"], budget
         self.plan = plan  # () -> (leaders, strategies), made once the start kernel passed
@@ -287,6 +290,8 @@ class Search:
         self.feedback: str | None = None
         self.retrieval, self.retrieved_for = None, None
         self.first = self.best = None
+        self.bottleneck = bottleneck  # assumed while the best has no gate result (a plan: klineage.apply.loop.plan_first)
+        self.passed: GateResult | None = None  # the last candidate that passed the gate
 
     # -- the record ---------------------------------------------------------------------------------
     def record(self, step: dict) -> None:
@@ -347,6 +352,8 @@ class Search:
         bh = self.best.key
         if self.retrieval is None or self.retrieved_for != bh:
             facts = target_facts(self.wl, self.best.source, self.cfg.platform, self.best.result)
+            if self.best.result is None and self.bottleneck is not None:
+                facts.bottleneck = dict(self.bottleneck)
             self.retrieval, self.retrieved_for = retrieve(self.skills, facts, admission=self.cfg.admission), bh
 
     def queue(self) -> list[Pending]:
@@ -356,26 +363,37 @@ class Search:
                 return got
         return [p for st in self.strategies for p in st.queue(self)]
 
-    def round(self) -> None:
-        """One round: retrieve on the best, gate the strategies' candidates, keep a faster one."""
-        reason = self.budget.stop(self.evaluated())
-        if reason:
-            raise Stop(reason)
+    def candidates(self, go=lambda: True):
+        """The round's candidates in the order they are gated, (pending, candidate): retrieve on the best,
+        queue the strategies, materialize each retrieval entry (a materializer that gives nothing is
+        recorded and passed over) while `go()` holds. Stop("no_candidates") when nothing is queued.
+        The live round gates what this yields; a plan (klineage.apply.loop.plan_first) takes the first."""
         self.retrieve()
         bh = self.best.key
         queue = self.queue()
         if not queue:
             raise Stop("no_candidates")
-        batch: list[tuple[dict, Candidate]] = []
         for p in queue:
-            if not self.budget.left(self.evaluated()):
+            if not go():
                 break
             cand = p.cand
             if p.entry is not None:
                 cand = self.materialize(p, bh)
                 if cand is None:
                     continue
+            yield p, cand
+
+    def round(self) -> None:
+        """One round: retrieve on the best, gate the strategies' candidates, keep a faster one."""
+        reason = self.budget.stop(self.evaluated())
+        if reason:
+            raise Stop(reason)
+        batch: list[tuple[dict, Candidate]] = []
+        for p, cand in self.candidates(lambda: self.budget.left(self.evaluated())):
             step = self.gate_candidate(p, cand)
+            if step is not None and p.strategy.keeps_passing:
+                self.adopt(step, cand)
+                break
             if step is None or not step["faster"]:
                 continue
             if p.strategy.batch:  # every point first; the fastest is the one to keep
@@ -434,7 +452,15 @@ class Search:
         self.feedback = None
         step["faster"], step["vs_best"] = beats_best(res, self.best.result, self.cfg.noise)
         self.record(step)
+        self.passed = res
         return step
+
+    def adopt(self, step: dict, cand: Candidate) -> None:
+        """Make a candidate that passed the best, faster or not (the structural control's chain: each
+        rewrite that passes is kept as an arm of its own); no re-measure decides it."""
+        step["accepted"], step["kept_because"] = True, "passed"
+        self.best = Best(cand.source, self.passed, cand.flags, self.best.history + [cand.skill or "rewrite"])
+        self.store.put_apply_step(self.run_id, step)
 
     def keep(self, step: dict, cand: Candidate) -> bool:
         """Re-measure a faster candidate in the round-2 worker; make it the best if it is still faster

@@ -68,8 +68,10 @@ class ApplyConfig:
     # skipped); {"mode": "library"}, the retrieved skills a shape rewriter adds to the best first, one
     # per step before any sweep point, each with its card's parameters; {"mode": "random", "seed": S},
     # the control without the library: every mechanism a shape rewriter adds, in one order drawn at
-    # random (random.Random(S)), at the rewriters' own parameters, and no other rules. Left out of
-    # to_dict when None (run ids as before).
+    # random (random.Random(S)), at the rewriters' own parameters, and no other rules;
+    # {"mode": "random", "seed": S, "keep": "passing"}, the same order where every rewrite that passes
+    # the gate becomes the best, faster or not (the structural control's chain of arms,
+    # klineage.heldout.run). Left out of to_dict when None (run ids as before).
     structural: dict | None = None
 
     def __post_init__(self):
@@ -106,18 +108,19 @@ def apply(store, gate: Gate, wl: Workload, start: str, start_origin: str, cfg: A
     run = {"run_id": run_id, "workload": wl.name, "start_hash": kernel_hash(start), "config": cfg.to_dict(),
            "start_origin": start_origin}
     store.put_apply_run(run)
-    search = Search(store, gate, wl, skills, cfg, run, budget, lambda: strategies(cfg, gate, llm), llm=llm,
+    search = Search(store, gate, wl, skills, cfg, run, budget, lambda: strategies(cfg, gate.config.arch, llm), llm=llm,
                     replay=replay, progress=progress)
     return search.run(start, start_origin)
 
 
-def strategies(cfg: ApplyConfig, gate: Gate, llm=None) -> tuple[list, list]:
-    """The search engine's strategies for `cfg` (klineage.apply.engine): with the rules backend, the
-    structural rewrites lead (a round of their own when one applies); then one strategy per
+def strategies(cfg: ApplyConfig, arch: str, llm=None) -> tuple[list, list]:
+    """The search engine's strategies for `cfg` (klineage.apply.engine) on target `arch`: with the rules
+    backend, the structural rewrites lead (a round of their own when one applies); then one strategy per
     materializer, in the configuration's order."""
     rules = RulesMaterializer(structural=cfg.structural is not None)
-    sweep = make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, gate.config.arch))
-    leaders = [StructuralRewrites(rules)] if "rules" in cfg.materializers else []
+    sweep = make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, arch))
+    keep = (cfg.structural or {}).get("keep") == "passing"
+    leaders = [StructuralRewrites(rules, keeps_passing=keep)] if "rules" in cfg.materializers else []
     out = []
     for backend in cfg.materializers:
         if backend == "sweep":
@@ -132,13 +135,94 @@ def strategies(cfg: ApplyConfig, gate: Gate, llm=None) -> tuple[list, list]:
     return leaders, out
 
 
+class _Unrecorded:
+    """The store of a plan: the steps a search records before its first candidate are kept by the plan,
+    nothing is written."""
+
+    def put_apply_step(self, run_id, step):
+        pass
+
+    def put_apply_run(self, run):
+        pass
+
+
+def plan_first(skills: list[dict], wl: Workload, start: str, cfg: ApplyConfig, arch: str,
+               bottleneck: dict | None = None, llm=None, memo: dict | None = None) -> dict:
+    """What a live `apply` of `cfg` gates first on `start`, with nothing gated and no GPU touched: the
+    search engine's own rounds (klineage.apply.engine.Search.candidates: retrieval, the structural
+    rewrites first, the rules, the sweep, in the live order) on the start kernel until a round yields a
+    candidate. The live run retrieves with the start's measured bottleneck class; the plan with
+    `bottleneck` ({"class": "memory" | "compute" | "latency"}; None: unknown, every mechanism's
+    bottleneck term 0.5). An llm entry is not sent: the plan names its skill.
+
+    {"backend", "skill", "skill_id", "note", "config", "flags", "kernel_hash", "source", "passed_over":
+    [the materialize steps recorded before it: skills no rewrite applied to, with the reason]}; backend
+    None (with "stop") when the run would stop before gating anything. `memo` (a dict shared by plans of
+    one kernel) keeps what each skill's materializer gave, so plans under several bottlenecks write each
+    rewrite once."""
+    from klineage.apply.engine import Best, Stop, config_key
+    budget = Budget(max(cfg.budget_steps, 1))
+    search = Search(_Unrecorded(), None, wl, skills, cfg, {"run_id": "plan"}, budget,
+                    lambda: strategies(cfg, arch, llm), llm=llm, bottleneck=bottleneck or {"class": "unknown"})
+    search.best = Best(start, None)
+    search.swept.add(config_key(start, {}))
+    search.leaders, search.strategies = search.plan()
+    out: dict = {"backend": None}
+    try:
+        while True:
+            before = len(search.tried), len(search.steps)
+            for p, cand in _planned(search, {} if memo is None else memo):
+                out = {"backend": p.strategy.backend, "skill": cand.skill, "skill_id": cand.skill_id,
+                       "note": cand.note, "config": cand.config, "flags": list(cand.flags),
+                       "kernel_hash": kernel_hash(cand.source) if cand.source else None, "source": cand.source}
+                break
+            if out["backend"] is not None or (len(search.tried), len(search.steps)) == before:
+                break
+    except Stop as stop:
+        out["stop"] = stop.reason
+    out["passed_over"] = [{"backend": st["backend"], "skill": st["skill"], "status": st["status"],
+                           "note": st.get("note")} for st in search.steps]
+    return out
+
+
+def _planned(search, memo: dict):
+    """search.candidates, an llm entry named rather than sent (its candidate: the skill, no source), and
+    each materialization taken from `memo` when a plan of the same kernel made it."""
+    from klineage.apply.materialize import Candidate
+    live = search.materialize
+
+    def materialize(p, bh):
+        key = (p.strategy.backend, p.entry["skill_id"], bh)
+        if p.strategy.backend == "llm":
+            search.tried.add((bh, "llm" + p.entry["skill_id"]))
+            return Candidate("", "llm", p.entry["skill_id"], p.entry["name"], note="the prompt for this skill (not sent)")
+        if key in memo:
+            cand, steps = memo[key]
+            search.tried.add((bh, p.strategy.backend + p.entry["skill_id"]))
+            for st in steps:
+                search.record(dict(st))
+            return cand
+        n = len(search.steps)
+        cand = live(p, bh)
+        memo[key] = (cand, [dict(st) for st in search.steps[n:]])
+        return cand
+    search.materialize = materialize
+    try:
+        yield from search.candidates()
+    finally:
+        search.materialize = live
+
+
 def check_structural(spec: dict | None) -> None:
-    """Raise ValueError unless `spec` is None, {"mode": "library"} or {"mode": "random", "seed": S}."""
+    """Raise ValueError unless `spec` is None, {"mode": "library"} or {"mode": "random", "seed": S}
+    (with "keep": "passing" or not)."""
     ok = spec is None or spec == {"mode": "library"} or (
-        spec.get("mode") == "random" and set(spec) == {"mode", "seed"} and isinstance(spec.get("seed"), int))
+        spec.get("mode") == "random" and set(spec) - {"keep"} == {"mode", "seed"} and isinstance(spec.get("seed"), int)
+        and spec.get("keep", "passing") == "passing")
     if not ok:
         raise ValueError(f"structural {spec!r}: None (no structural rewrites), {{'mode': 'library'}} (the retrieved "
-                         "skills') or {'mode': 'random', 'seed': S} (every shape rewriter's, in a seeded order)")
+                         "skills') or {'mode': 'random', 'seed': S} (every shape rewriter's, in a seeded order; "
+                         "with 'keep': 'passing', each rewrite that passes the gate is kept, faster or not)")
 
 
 def write_outputs(run: dict, out: Path) -> None:

@@ -75,11 +75,13 @@ class TargetFacts:
     bottleneck: dict = field(default_factory=lambda: {"class": "unknown"})
     operator: str = ""                 # what the kernel computes (operator_class, else the FAMILY)
     reachable: set[str] = field(default_factory=set)  # mechanisms a recognising shape rewriter adds
+    retyped: set[str] = field(default_factory=set)  # mechanisms a shape rewriter writes at the kernel's dtype
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
         d["mechanisms"] = sorted(self.mechanisms)
         d["reachable"] = sorted(self.reachable)
+        d["retyped"] = sorted(self.retyped)
         return d
 
 
@@ -104,7 +106,7 @@ def bottleneck_of(result) -> dict:
 def target_facts(wl: Workload, source: str, platform: str = PLATFORM_H200, start_result=None) -> TargetFacts:
     """The facts of a target kernel; its mechanisms are what the detectors see and what the shape
     rewriters read (a warp per row, a register cache: structural mechanisms no detector sees)."""
-    from klineage.mechanisms.shapes import operator_class, reachable_mechanisms, shape_mechanisms
+    from klineage.mechanisms.shapes import operator_class, reachable_mechanisms, retyped_mechanisms, shape_mechanisms
     feats = detect_all(source)
     shapes = [s for _, s in wl.all_shapes()]
     bench = max(wl.benchmark_cases, key=lambda s: math.prod(_dims(s)))
@@ -119,7 +121,8 @@ def target_facts(wl: Workload, source: str, platform: str = PLATFORM_H200, start
         in_place=bool(getattr(wl.module, "IN_PLACE", False)),
         bottleneck=bottleneck_of(start_result),
         operator=operator_class(source, wl) or getattr(wl.module, "FAMILY", ""),
-        reachable=reachable_mechanisms(source, wl))
+        reachable=reachable_mechanisms(source, wl),
+        retyped=retyped_mechanisms(source, wl))
 
 
 def _probe_kind(item: Precondition) -> str | None:
@@ -143,8 +146,11 @@ def _kind_verdict(kind: str, t: TargetFacts) -> tuple[str, str]:
     return ("unchecked", "the contract does not bound input values; the risk stays on the card")
 
 
-def check_precondition(category: str, item: Precondition, t: TargetFacts) -> dict:
-    """One precondition against the target: {category, condition, source, verdict, reason}."""
+def check_precondition(category: str, item: Precondition, t: TargetFacts, mechanism: str = "") -> dict:
+    """One precondition against the target: {category, condition, source, verdict, reason}. A statement
+    about the operands' dtype holds for a `mechanism` a shape rewriter that recognises the target writes
+    for the target's own element type (t.retyped: the matmul generator writes a whole kernel at it,
+    under its own preconditions, a TF32 product under the workload's tolerance), not the carrier's."""
     out = {"category": category, "condition": item.condition, "source": item.source, "kernel": item.kernel}
     cond = item.condition
     src = item.source
@@ -161,6 +167,10 @@ def check_precondition(category: str, item: Precondition, t: TargetFacts) -> dic
     if category == "data_types" and "operand" in head:  # a statement about the tensors' dtype, not the math
         words = {DTYPE_WORDS[w] for w in re.findall(r"\b(bf16|bfloat16|__nv_bfloat16|fp16|half|float16|fp32|float32)\b",
                                                      head)}
+        if words and mechanism in t.retyped and not words & set(t.dtypes):
+            return {**out, "verdict": "holds",
+                    "reason": f"a shape rewriter writes {mechanism} for the workload's {', '.join(t.dtypes)} operands "
+                              f"(the carrier's {', '.join(sorted(words))} is the mined kernel's)"}
         if words:
             ok = bool(words & set(t.dtypes))
             return {**out, "verdict": "holds" if ok else "fails",
@@ -177,7 +187,8 @@ def check_precondition(category: str, item: Precondition, t: TargetFacts) -> dic
 def check_preconditions(card: SkillCard, t: TargetFacts) -> tuple[bool, list[dict]]:
     """(fits, checks): fits when, for some source kernel of the skill, none of its preconditions
     (nor the kernel-independent ones) fails."""
-    checks = [check_precondition(cat, it, t) for cat, items in card.preconditions.items() for it in items]
+    checks = [check_precondition(cat, it, t, card.mechanism) for cat, items in card.preconditions.items()
+              for it in items]
     general = [c for c in checks if not c["kernel"]]
     kernels = sorted({c["kernel"] for c in checks if c["kernel"]})
     if any(c["verdict"] == "fails" for c in general):

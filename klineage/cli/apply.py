@@ -101,13 +101,22 @@ def _apply_exit(run: dict) -> int:
     return int(ExitCode.MISSING) if (run.get("summary") or {}).get("missing") else int(ExitCode.OK)
 
 
+BOTTLENECKS = ("memory", "compute", "latency")
+
+
 def apply_plan(skills: list[dict], wl, start: str, cfg, llm, arch: str) -> dict:
     """What `apply` would do first, with nothing gated and no GPU touched: the skills retrieved for
     the start kernel (its bottleneck unknown until it is measured), the excluded ones with their
-    reasons, and per backend its first candidate: the rules rewrite of the top skill that has one,
-    the sweep's first round of points, the llm's exact prompt for the top retrieved skill."""
+    reasons; the candidate the live run gates first (klineage.apply.loop.plan_first: the search
+    engine's own rounds, structural rewrites included as the configuration has them), and which one
+    it is for each bottleneck class the start's measurement can give; the sweep axes of the start and
+    those the first candidate's rewrite brings (its tunables); per backend its first candidate: the
+    rules', the sweep's first round of points, the llm's exact prompt for the top retrieved skill."""
+    from dataclasses import replace
+
     from klineage.apply.engine import retrieved_skills
-    from klineage.apply.materialize import RulesMaterializer, contract_text, make_buildable, make_sweep
+    from klineage.apply.loop import plan_first
+    from klineage.apply.materialize import contract_text, make_buildable, make_sweep, sweep_space
     from klineage.apply.retrieve import retrieve, target_facts
     if not skills:
         raise bad_input("the library is empty: pass --db with a copy of skills_db/skills.duckdb, or mine first")
@@ -116,21 +125,31 @@ def apply_plan(skills: list[dict], wl, start: str, cfg, llm, arch: str) -> dict:
     by_id = {s["skill_id"]: s for s in skills}
     plan = {"dry_run": True, "workload": wl.name, "materializers": list(cfg.materializers),
             "budget_steps": cfg.budget_steps, "arch": arch, "target": got["target"],
+            "structural": cfg.structural is not None,
             "retrieved": [{"name": c["name"], "skill_id": c["skill_id"], "score": c["terms"]["score"]}
                           for c in got["candidates"]],
             "excluded": [{"name": e["name"], "reasons": e["reasons"]} for e in got["excluded"]], "first": {}}
+    memo: dict = {}
+
+    def brief(p: dict) -> dict:
+        return {k: p.get(k) for k in ("backend", "skill", "note", "flags", "kernel_hash", "stop")}
+    first = plan_first(skills, wl, start, cfg, arch, llm=llm, memo=memo)
+    plan["first_candidate"] = {**brief(first), "config": first.get("config"), "passed_over": first["passed_over"]}
+    plan["first_candidate_by_bottleneck"] = {
+        cls: brief(plan_first(skills, wl, start, cfg, arch, bottleneck={"class": cls}, llm=llm, memo=memo))
+        for cls in BOTTLENECKS}
+    buildable = make_buildable(cfg.sweep_axes, arch)
+    plan["sweep_axes"] = {"start": sweep_space(start, buildable)}
+    if first.get("source") and first["backend"] == "rules":
+        plan["sweep_axes"]["after_first"] = sweep_space(first["source"], buildable)
     for backend in cfg.materializers:
         if backend == "rules":
-            rules = RulesMaterializer()
-            for c in got["candidates"]:
-                cands = rules.propose(by_id[c["skill_id"]], start, wl)
-                if cands:
-                    plan["first"]["rules"] = {"skill": c["name"], "note": cands[0].note}
-                    break
-            else:
-                plan["first"]["rules"] = {"skill": None, "note": "no retrieved skill has a rewrite that applies"}
+            rules = first if first["backend"] == "rules" else plan_first(
+                skills, wl, start, replace(cfg, materializers=("rules",)), arch, memo=memo)
+            plan["first"]["rules"] = ({"skill": rules["skill"], "note": rules["note"]} if rules["backend"] else
+                                      {"skill": None, "note": "no retrieved skill has a rewrite that applies"})
         elif backend == "sweep":
-            sweep = make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, arch))
+            sweep = make_sweep(cfg.sweep, buildable)
             pts = sweep.propose_all(retrieved_skills(skills, got), start, wl)
             plan["first"]["sweep"] = {"points": [c.config for c in pts]}
         elif backend == "llm":
@@ -144,6 +163,10 @@ def apply_plan(skills: list[dict], wl, start: str, cfg, llm, arch: str) -> dict:
     return plan
 
 
+def _axes_text(space: dict) -> str:
+    return "; ".join(f"{k} ({v[0]}: {', '.join(map(str, v[1:]))})" for k, v in space.items()) or "none"
+
+
 def format_apply_plan(plan: dict) -> str:
     lines = [f"dry run on {plan['workload']} ({plan['arch']}): nothing is gated and no GPU touched; the start kernel's "
              f"bottleneck is unknown until it is measured"]
@@ -151,6 +174,20 @@ def format_apply_plan(plan: dict) -> str:
                        [[i + 1, c["name"], f"{c['score']:.2f}"] for i, c in enumerate(plan["retrieved"])],
                        right=("rank", "score")) if plan["retrieved"] else "no skill retrieved")
     lines.append(f"excluded: {len(plan['excluded'])} skills (`--json` lists each with its reasons)")
+    fc = plan["first_candidate"]
+    what = f"{fc['backend']} {fc['skill'] or ''} {' '.join(fc['flags'] or [])}".strip() if fc["backend"] else \
+        f"none (the run stops: {fc.get('stop')})"
+    lines.append(f"gated first: {what}" + (f" ({fc['note']})" if fc.get("note") else ""))
+    for p in fc["passed_over"]:
+        lines.append(f"  passed over: {p['skill']} ({p['note']})")
+    for cls, other in plan["first_candidate_by_bottleneck"].items():
+        if (other["backend"], other["skill"], other["flags"]) != (fc["backend"], fc["skill"], fc["flags"]):
+            lines.append(f"  if the start measures {cls}-bound: {other['backend']} {other['skill'] or ''} "
+                         f"{' '.join(other['flags'] or [])}".rstrip())
+    axes = plan["sweep_axes"]
+    lines.append(f"sweep axes of the start: {_axes_text(axes['start'])}")
+    if "after_first" in axes:
+        lines.append(f"sweep axes after {fc['skill']}: {_axes_text(axes['after_first'])}")
     for backend, first in plan["first"].items():
         if backend == "sweep":
             pts = "; ".join(",".join(f"{k}={v}" for k, v in p.items()) for p in first["points"]) or "none"

@@ -81,8 +81,8 @@ def execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=N
         write_outputs(report, store, hp.out)
     if replay:
         from klineage.heldout.records import format_replay_check, recorded_report, replay_check
-        recorded = recorded_report(hp.records)
-        if recorded is not None and {i["instance"] for i in recorded["instances"]} == {i.name for i in instances}:
+        recorded = recorded_report(hp.records, [i.name for i in instances])
+        if recorded is not None:
             chk = replay_check(recorded, report)
             if hp.out is not None:
                 Path(hp.out, "replay_check.json").write_text(json.dumps(chk, indent=1, sort_keys=True) + "\n")
@@ -97,7 +97,8 @@ def execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=N
               help="A held-out pipeline (pipelines/heldout.toml): its [heldout] and [gate] tables; options given "
                    "here override it.")
 @click.option("--conditions", default=None,
-              help="Comma-separated conditions (default all): idiom, skills, control-random, control-foreign, llm.")
+              help="Comma-separated conditions (default all): idiom, skills, control-random, control-foreign, "
+                   "control-structural (with --structural on), llm.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write heldout.json, heldout.txt and kernels/INSTANCE/CONDITION.cu here (default: the config's out).")
 @click.option("--budget", type=int, default=None, help="Candidate kernels gated per instance and condition at most (default 12).")

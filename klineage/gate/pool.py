@@ -143,8 +143,9 @@ class GateWorker:
         return json.loads(line)
 
     def evaluate(self, request: dict, stall_s: float = 60.0, total_s: float = 900.0) -> dict:
-        """Run one evaluation. A worker silent for stall_s (no heartbeat) or busy past total_s is
-        killed and the result is TIMEOUT; a worker that dies is RUNTIME_ERROR. Either way the
+        """Run one evaluation. A worker silent for stall_s (no heartbeat; a phase whose progress
+        message names its own "stall_s", the reference's first call, gets that) or busy past total_s
+        is killed and the result is TIMEOUT; a worker that dies is RUNTIME_ERROR. Either way the
         worker is restarted lazily on the next request."""
         if not self.alive():
             self.start()
@@ -157,14 +158,14 @@ class GateWorker:
         except (BrokenPipeError, OSError):
             self.kill()
             return self._died("worker pipe closed before the request", t0)
-        last_phase = "start"
+        last_phase, stall = "start", stall_s
         while True:
             left_total = total_s - (time.monotonic() - t0)
-            msg = self._read(min(stall_s, max(0.1, left_total)))
+            msg = self._read(min(stall, max(0.1, left_total)))
             if msg is None:
                 if self.alive():
                     self.kill()
-                    why = (f"no progress for {stall_s:.0f} s in phase {last_phase}" if left_total > stall_s
+                    why = (f"no progress for {stall:.0f} s in phase {last_phase}" if left_total > stall
                            else f"evaluation ran past {total_s:.0f} s")
                     return {"status": "TIMEOUT", "error_kind": "timeout",
                             "error_message": f"{why}; the worker was killed and will be replaced",
@@ -172,6 +173,7 @@ class GateWorker:
                 return self._died(f"worker died in phase {last_phase}", t0)
             if msg.get("event") == "progress":
                 last_phase = msg.get("phase", last_phase)
+                stall = max(stall_s, float(msg.get("stall_s") or 0.0))
                 continue
             if msg.get("event") == "result" and msg.get("id") == req["id"]:
                 res = msg["result"]

@@ -3,15 +3,18 @@
 Run as ``python -m klineage.gate.worker --fd N``: one process per GPU, started by
 ``klineage.gate.pool``. It reads JSON requests, one per line, on stdin and writes JSON messages to
 file descriptor N (never stdout, which a candidate's printf could corrupt): ``progress`` heartbeats
-while it works and one ``result`` per request. The driver kills it when the heartbeats stop (a
-hang) or the process dies (a crash); after a CUDA error that leaves the context unusable it replies
-and exits with ``fatal: true`` so the driver starts a fresh one.
+while it works (at each phase, and between calls at least every HEARTBEAT_S, so the driver's stall
+limit bounds one call, however many a phase makes) and one ``result`` per request. The driver kills
+it when the heartbeats stop (a hang) or the process dies (a crash); after a CUDA error that leaves
+the context unusable it replies and exits with ``fatal: true`` so the driver starts a fresh one.
 
 Evaluation of one candidate:
  1. correctness on every benchmark and probe shape, several seeds: the same input buffers are
     refilled with each seed's data (a cache keyed on pointers returns stale answers), outputs are
     pre-filled with NaN, the candidate runs before the oracle, inputs are checked for mutation;
- 2. an activity check of one call under CUPTI (torch.profiler): every kernel must run on the
+ 2. the reference's first call on each benchmark shape in this process (a Triton reference compiles
+    and autotunes there), in a phase of its own whose message declares its longer stall limit;
+    then an activity check of one call under CUPTI (torch.profiler): every kernel must run on the
     stream the harness passed. After the correctness calls, the activity call and the timing, the
     device's persisting-L2 settings (the limit, which the worker sets to 0 at start, and the access
     policy window of the harness stream) must be as the worker left them; a candidate that changed
@@ -66,6 +69,11 @@ MIN_TIMED_REPS = 5  # a workload's TIMING_BUDGET_S never cuts a trial below this
 SPIN_CYCLES_PER_US = 2000  # torch.cuda._sleep counts SM cycles: at least 1 us each up to 2 GHz (H200: 1980 MHz)
 BACKLOG_CALIBRATION_CALLS = 6  # untimed calls per side whose host-side dispatch sizes the backlog (first dropped)
 BACKLOG_MAX_US = 20_000.0
+HEARTBEAT_S = 5.0  # a phase of many calls says it is alive between calls at least this often
+# The reference's first call in a worker process may compile and autotune (FlagGems' Triton ops try
+# every configuration of their tuning table: ~50 s for attention on an H100 host, more on a busy
+# one). It runs once per workload and shape in a phase of its own, which may be silent this long.
+REFERENCE_WARMUP_STALL_S = 600.0
 
 
 def backlog_for(floor_us: float, dispatch_us: list[float]) -> float:
@@ -111,13 +119,21 @@ class CandidateFailure(Exception):
 class Channel:
     def __init__(self, fd: int):
         self.f = os.fdopen(fd, "w", buffering=1)
+        self.phase, self.sent = "start", time.monotonic()
 
     def send(self, msg: dict) -> None:
         self.f.write(json.dumps(msg) + "\n")
         self.f.flush()
 
     def progress(self, phase: str, **kw) -> None:
+        self.phase, self.sent = phase, time.monotonic()
         self.send({"event": "progress", "phase": phase, **kw})
+
+    def beat(self) -> None:
+        """A heartbeat in the current phase between two calls, at most every HEARTBEAT_S: the driver's
+        stall limit then bounds one call (a candidate's, or the reference's), not a phase's many."""
+        if time.monotonic() - self.sent >= HEARTBEAT_S:
+            self.progress(self.phase)
 
 
 def _cudart():
@@ -432,6 +448,27 @@ class Evaluator:
         self.chan = chan
         self.dev = Device()
         self.env = environment(self.dev)
+        self.warm: set[tuple[str, str]] = set()  # (workload hash, shape) whose reference ran in this process
+
+    # -- the reference's first call ----------------------------------------------------------
+    def warm_reference(self, workload, shapes) -> None:
+        """Call the reference once on each benchmark shape it has not run on in this process, in the
+        phase "reference", which declares its own stall limit (REFERENCE_WARMUP_STALL_S): its JIT
+        compile and autotuning happen here, before the candidate's timing, not inside a phase whose
+        limit is sized for one call. A reference that fails here fails again where it is timed."""
+        for shape in shapes:
+            key = (workload.content_hash, shape_key(shape))
+            if key in self.warm:
+                continue
+            self.chan.progress("reference", shape=shape_key(shape), stall_s=REFERENCE_WARMUP_STALL_S)
+            inputs = place_inputs(workload, shape, workload.make_inputs(shape, 777, device="cuda"))
+            try:
+                workload.vendor(inputs, shape)
+            except RuntimeError as exc:  # named as the reference's, so a run can fall back from it
+                raise RuntimeError(f"in vendor, the reference's first call: {exc}") from exc
+            _sync("after the reference's first call")
+            del inputs
+            self.warm.add(key)
 
     # -- correctness -------------------------------------------------------------------------
     def correctness(self, cand: Candidate, workload, shapes, seeds) -> list[dict]:
@@ -445,6 +482,7 @@ class Evaluator:
             per_seed = []
             aliased: dict = {}
             for seed in seeds:
+                self.chan.beat()
                 fresh = workload.make_inputs(shape, seed, device="cuda")
                 if bufs is None:
                     bufs = place_inputs(workload, shape, fresh)
@@ -550,6 +588,7 @@ class Evaluator:
             for which in spin:
                 seen: list[float] = []
                 for i in range(BACKLOG_CALIBRATION_CALLS):
+                    self.chan.beat()
                     _sync("before a dispatch calibration call")
                     t0 = time.perf_counter()
                     _check_rc(the_call(which, sets[i % nsets])(), "dispatch calibration call")
@@ -575,6 +614,7 @@ class Evaluator:
                 buf = sets[i % nsets]
                 order = ("candidate", "vendor") if (i + trial) % 2 == 0 else ("vendor", "candidate")
                 for which in order:
+                    self.chan.beat()
                     us = timed(which, buf, keep=i >= warmup)
                     if i >= warmup:
                         (t_c if which == "candidate" else t_v).append(us)
@@ -668,6 +708,7 @@ class Evaluator:
                                        f"{shape_key(first['shape'])} seed {seed['seed']}: {why}")
             bench = [s for k, s in shapes if k == "benchmark"]
             if req.get("timing") and bench:
+                self.warm_reference(workload, bench)
                 act = self.activity(cand, workload, bench[0])
                 result["activity"] = act
                 if act["off_stream"]:

@@ -6,7 +6,7 @@ nvcc's front-end answers (*.front_end.json.gz):
   *.library.json.gz   the library the run measured: its content hash, its canonical dump (lineages
                       and skills, klineage.store.library) and the expert corpus the memorization
                       audit compared against ({path: source});
-  report/heldout.json the report of the run, as recorded.
+  report/heldout.json the report of the run, as recorded (a run recorded in parts: report_<part>/ each).
 
 A replay adopts the recorded library (the database's own, when it differs, is first saved beside the
 database), so the replay stands when the shipped library or the corpus changes later; `replay_check`
@@ -103,12 +103,19 @@ def adopt_library(store, rec: dict) -> str | None:
 
 # -- replay against record ---------------------------------------------------------------------------
 
-def recorded_report(paths) -> dict | None:
-    """The recorded report (report/heldout.json) of the first records folder among `paths` holding one."""
+def recorded_report(paths, instances=None) -> dict | None:
+    """The recorded report of the first records folder among `paths` holding one: report/heldout.json,
+    or with `instances` (names) the report among report/ and report_*/ that holds exactly those
+    instances (a run recorded in parts keeps one report per part)."""
     for p in map(Path, paths):
-        f = p / "report" / "heldout.json"
-        if p.is_dir() and f.is_file():
-            return json.loads(f.read_text())
+        if not p.is_dir():
+            continue
+        for f in [p / "report" / "heldout.json", *sorted(p.glob("report_*/heldout.json"))]:
+            if not f.is_file():
+                continue
+            rep = json.loads(f.read_text())
+            if instances is None or {i["instance"] for i in rep["instances"]} == set(instances):
+                return rep
     return None
 
 

@@ -16,6 +16,8 @@ Schema (klineage.heldout/1), top level:
            library changed in the search, skills against control-foreign (retrieval_effect),
            random_coverage {family: {instances, whole_space [instance]}}: where control-random gated its whole
            sweep space before its budget ran out (random_coverage),
+           budget_curves {scope: {condition: [geomean best search speedup after n = 0 .. budget candidates]}}
+           (budget_curves; each searching row carries its own budget_curve),
            published {published, ours, families, ratio_to_published, comparable, why_not_comparable}:
            idiom and skills beside the published check's figures (against_published),
            window_check {shapes, threshold, suspect [...]}: final measurements whose host-side dispatch
@@ -27,7 +29,8 @@ Schema (klineage.heldout/1), top level:
 A row: status PASSED | FAILED | NOT_RUN | MISSING, reason, reference, speedup, ci95, df, log_var,
 n_trials, latency_us, reference_us, per_shape [{shape, speedup, ci95, n, trial_ratios, latency_us,
 reference_us, gate_speedups}], correctness {seeds, shapes, rounds [...]}, kernel_hash, produced_hash,
-flags, final_eval_keys, arms [...], evaluations_used, budget, library, skills_used, env.
+flags, final_eval_keys, arms [...], evaluations_used, budget, library, skills_used, env, budget_curve
+(searching conditions: the best search speedup after n = 0 .. budget gated candidates, None before one passed).
 An aggregate: instances, passed, failed, not_counted, geomean (failures counted), geomean_success_only,
 at_or_above_reference, above_reference_beyond_noise.
 """
@@ -45,7 +48,7 @@ from klineage.heldout.sources import foreign_library, produced_source
 from klineage.workload import ALIAS_KEY, OFFSET_KEY
 
 SCHEMA = "klineage.heldout/1"
-CONTROLS = ("control-random", "control-foreign")
+CONTROLS = ("control-random", "control-foreign", "control-structural")
 TOP_PAIRS = 15
 # The published check on the same 22 instances (shared/reference/klineage-paper.md, "Their 22-instance
 # held-out check"): geomeans against FlagGems and instances at or above it, idiom-only and with the
@@ -85,6 +88,21 @@ def definitions(cfg) -> dict:
                         "from both rows' timing variances (t with the smallest df); 'faster beyond the timing noise' when "
                         "the whole interval is above 1. Rows with the same final measurement differ by exactly 0.",
         "at_or_above_reference": "PASSED rows with speedup >= 1.0 (above_reference_beyond_noise: ci95 entirely above 1).",
+        "budget_curve": "per searching condition and instance, entry n: the highest speedup over the reference the "
+                        "search had measured (its own round-1 evaluations: geomean over benchmark shapes) among the "
+                        "kernels that passed the gate after n gated candidates, the arms' start kernels included "
+                        "(they cost no candidate); read from the recorded trajectory, no extra evaluation. Per "
+                        "family and overall (summary.budget_curves): the geomean over instances, an instance with no "
+                        f"passing kernel yet counted at {cfg.failure_speedup}x. The idiom condition searches nothing.",
+        **({"control-structural": "the same structural rewriters as control-random, in its seeded order and at their own "
+                                  "parameters, each rewrite that passes the gate kept (faster or not) and the next "
+                                  "written on it; every kernel of that chain (its start too) is then an arm swept on "
+                                  "its own axes by the unsteered sweep (the sweep's own order, no card), the budget the "
+                                  "rewrites left split evenly over the arms, the fastest first; no card is read."}
+           if "control-structural" in cfg.conditions else {}),
+        **({"idiom_arm": "a reduction searched from its naive start keeps its idiom kernel as an arm, swept as the "
+                         "condition sweeps with the budget the arms before it left (at least its start evaluation)."}
+           if cfg.to_dict().get("idiom_arm") else {}),
     }
 
 
@@ -101,6 +119,7 @@ def summarize(rows: list[dict], cfg, shared: set[str] = frozenset()) -> dict:
                      "verdict": _verdict(strict["comparisons"], list(strict["families"]), list(cfg.conditions))}
     out["retrieval"] = retrieval_effect(rows)
     out["random_coverage"] = random_coverage(rows)
+    out["budget_curves"] = budget_curves(rows, cfg)
     out["published"] = against_published(out)
     window = window_check(rows)
     if window is not None:
@@ -153,6 +172,25 @@ def against_published(summary: dict) -> dict:
             "comparable": comparable,
             "why_not_comparable": None if comparable else
             f"this run counted {counted} of the {PUBLISHED['instances']} instances"}
+
+
+def budget_curves(rows: list[dict], cfg) -> dict:
+    """{scope: {condition: [geomean over instances of budget_curve[n] for n = 0 .. budget]}} per family and
+    overall, over the PASSED and FAILED rows of the searching conditions (an entry with no passing kernel
+    yet, a failed search's, counts at cfg.failure_speedup). Rows recorded without a curve are left out."""
+    out: dict[str, dict] = {}
+    fams = sorted({r["family"] for r in rows}, key=lambda f: FAMILIES.index(f) if f in FAMILIES else 99)
+    for scope in fams + ["overall"]:
+        per: dict[str, list] = {}
+        for c in cfg.conditions:
+            curves = [r["budget_curve"] for r in rows if r["condition"] == c and r.get("budget_curve") is not None
+                      and r["status"] in ("PASSED", "FAILED") and scope in (r["family"], "overall")]
+            if curves:
+                per[c] = [stats.geo([cv[n] if cv[n] is not None else cfg.failure_speedup for cv in curves])
+                          for n in range(len(curves[0]))]
+        if per:
+            out[scope] = per
+    return out
 
 
 def _sweep_steps(row: dict):

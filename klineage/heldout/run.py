@@ -26,7 +26,16 @@ start: the naive kernel for reductions that have one, else the idiom kernel:
                    drawn at random (seeded per instance), at the rewriters' own parameters, then the
                    random sweep;
   control-foreign  the skills procedure with the foreign library;
-so the comparison isolates what the cards know of when (and with what) to apply each rewrite.
+  control-structural  the same rewriters in the random control's seeded order at their own
+                   parameters, each rewrite that passes the gate kept (faster or not) and the next
+                   written on it; then every kernel of that chain (its start too) is an arm swept on
+                   its own axes by the unsteered sweep, the budget the rewrites left split evenly
+                   over the arms (the fastest by the search's measurement first); no card is read;
+so the comparison isolates what the cards know of when (and with what) to apply each rewrite. With
+`idiom_arm`, a reduction searched from its naive start keeps its idiom kernel as an arm too: the
+condition's own sweep of it (steered, random or unsteered as the condition sweeps) with the budget
+the arms before it left, at least its start evaluation, so no condition ends below the idiom kernel
+by its search measurement.
 
 Budget: every condition may gate at most `budget` candidate kernels per instance (the apply loop's
 budget_steps, summed over arms). Not counted, and the same for every condition: the start kernel's
@@ -68,7 +77,8 @@ from klineage.heldout import stats
 from klineage.heldout.instances import Instance
 from klineage.heldout.sources import foreign_library, produced_source, random_seed, skill_sources
 
-CONDITIONS = ("idiom", "skills", "control-random", "control-foreign", "llm")
+CONDITIONS = ("idiom", "skills", "control-random", "control-foreign", "control-structural", "llm")
+UNSTEERED = ("control-random", "control-structural")  # the conditions that read no card
 COMPLETE = ("PASSED", "FAILED")  # decided rows a resumed run reuses
 FIRST_FINAL_ROUND = 3            # round 1: the search; round 2: the loop's re-measure
 MEMORY_BOUND = ("reduction", "elementwise", "scan", "selection", "transpose", "positional")
@@ -101,6 +111,9 @@ class HeldoutConfig:
     # structural rewrites before sweeping, in one arm from the naive start of a reduction (else the
     # idiom kernel); the controls take the same rewriters without the library (module docstring)
     structural: bool = False
+    # with `structural`: a reduction searched from its naive start keeps its idiom kernel as an arm,
+    # swept with the budget the arms before it left (module docstring)
+    idiom_arm: bool = False
 
     def __post_init__(self):
         bad = sorted(set(self.conditions) - set(CONDITIONS))
@@ -112,6 +125,11 @@ class HeldoutConfig:
         if self.budget < 0 or self.final_rounds < 1 or self.sweep_rounds < 1 or not 0 < self.failure_speedup < 1:
             raise ValueError("budget >= 0, final_rounds >= 1, sweep_rounds >= 1 and 0 < failure_speedup < 1")
         check_sweep_axes(self.sweep_axes)
+        if not self.structural and self.conditions == CONDITIONS:  # the default: every condition the mode has
+            self.conditions = tuple(c for c in CONDITIONS if c != "control-structural")
+        if not self.structural and ("control-structural" in self.conditions or self.idiom_arm):
+            raise ValueError("control-structural and idiom_arm need structural = true (structural rewrites before "
+                             "the sweep)")
         self.foreign = {k: tuple(sorted(v)) for k, v in sorted(self.foreign.items())}
 
     def to_dict(self) -> dict:
@@ -121,7 +139,8 @@ class HeldoutConfig:
                 "timing": {**DEFAULT_TIMING, **self.timing}, "model": self.model, "budget_usd": self.budget_usd,
                 **({"sweep_rounds": self.sweep_rounds} if self.sweep_rounds != 1 else {}),
                 **({"sweep_axes": self.sweep_axes} if self.sweep_axes != "source" else {}),
-                **({"structural": True} if self.structural else {})}
+                **({"structural": True} if self.structural else {}),
+                **({"idiom_arm": True} if self.idiom_arm else {})}
 
     def gate_config(self) -> GateConfig:
         return GateConfig(timing={**DEFAULT_TIMING, **self.timing})
@@ -130,12 +149,16 @@ class HeldoutConfig:
 @dataclass(frozen=True)
 class Arm:
     """One search of a condition: a configuration of the search engine (klineage.apply.loop.apply)
-    from the instance's `start` kernel ("idiom" or "naive"), under the budget its arms have left."""
+    from the instance's `start` kernel ("idiom" or "naive"; with `source`, that kernel, which `start`
+    then names), under the budget its arms have left (at most `share` of it when set)."""
     name: str
     start: str
     materializers: tuple[str, ...]
     sweep: dict | None = None       # ApplyConfig.sweep: None (steered) or the random control's draw
     structural: dict | None = None  # ApplyConfig.structural
+    source: str | None = None
+    share: int | None = None
+    unsteered: bool = False         # the steered sweep with no library (retrieval offers nothing)
 
     def config(self, cfg: HeldoutConfig, budget: int) -> ApplyConfig:
         llm = self.name == "llm"
@@ -244,16 +267,25 @@ class _InstanceRun:
 
     def arms(self, cond: str) -> tuple[list[Arm], list[dict]]:
         """The condition's arms (each a configuration of the search engine from a start) and the
-        library it retrieves from."""
+        library it retrieves from; control-structural's sweep arms follow from its first arm's
+        rewrites (structural_arms)."""
         c, inst = self.ctx, self.inst
         if c.cfg.structural and cond != "llm":
             start = "naive" if inst.family == "reduction" and "naive" in inst.starts else "idiom"
+            seed = random_seed(c.cfg.seed, inst.name)
             if cond == "control-random":
-                seed = random_seed(c.cfg.seed, inst.name)
-                return [Arm("random", start, ("rules", "sweep"), {"mode": "random", "points": c.cfg.budget, "seed": seed},
-                            {"mode": "random", "seed": seed})], []
-            library = c.library if cond == "skills" else c.foreign(inst.family)
-            return [Arm("structural", start, ("rules", "sweep"), structural={"mode": "library"})], library
+                arms = [Arm("random", start, ("rules", "sweep"), {"mode": "random", "points": c.cfg.budget, "seed": seed},
+                            {"mode": "random", "seed": seed})]
+                library = []
+            elif cond == "control-structural":
+                arms = [Arm("rewrites", start, ("rules",), structural={"mode": "random", "seed": seed, "keep": "passing"})]
+                library = []
+            else:
+                library = c.library if cond == "skills" else c.foreign(inst.family)
+                arms = [Arm("structural", start, ("rules", "sweep"), structural={"mode": "library"})]
+            if c.cfg.idiom_arm and start != "idiom":
+                arms.append(self.idiom_arm(cond, seed))
+            return arms, library
         if cond == "control-random":
             seed = random_seed(c.cfg.seed, inst.name)
             return [Arm("random", "idiom", ("sweep",), {"mode": "random", "points": c.cfg.budget, "seed": seed})], []
@@ -264,38 +296,76 @@ class _InstanceRun:
             arms.append(Arm("rules", "naive", ("rules", "sweep")))
         return arms, (c.library if cond == "skills" else c.foreign(inst.family))
 
+    def idiom_arm(self, cond: str, seed: int) -> Arm:
+        """A reduction's idiom kernel as an arm of a structural condition searched from its naive start:
+        swept as the condition sweeps (idiom_arm)."""
+        if cond == "control-random":
+            return Arm("idiom", "idiom", ("sweep",), {"mode": "random", "points": self.ctx.cfg.budget, "seed": seed})
+        return Arm("idiom", "idiom", ("sweep",), unsteered=cond == "control-structural")
+
+    def structural_arms(self, run: dict, left: int) -> list[Arm]:
+        """control-structural's sweep arms after its rewrites (`run`, the first arm's search): the
+        chain's start and every rewrite that passed, each swept on its own axes by the unsteered sweep,
+        `left` split evenly over them, the fastest by the search's measurement first (ties in chain order)."""
+        steps = run["steps"]
+        chain = [(steps[0], self.inst.starts[run["start_kind"]][1], run["start_kind"])] if steps and steps[0].get(
+            "accepted") else []
+        names = [run["start_kind"]]
+        for st in steps[1:]:
+            if st["kind"] == "candidate" and st.get("accepted"):
+                names.append(st.get("skill") or "rewrite")
+                chain.append((st, self.ctx.store.get_kernel(st["kernel_hash"])["source"], "+".join(names)))
+        scored = sorted(enumerate(chain), key=lambda ic: (-(_search_score(self.ctx.store.get_evaluation(
+            ic[1][0]["eval_key"])) or 0.0), ic[0]))
+        n = len(scored)
+        return [Arm(f"sweep {label}", label, ("sweep",), source=src, share=left // n + (1 if k < left % n else 0),
+                    unsteered=True) for k, (_, (_, src, label)) in enumerate(scored)]
+
     def search(self, cond: str) -> dict:
         c, inst = self.ctx, self.inst
         arms, library = self.arms(cond)
-        done, used = [], 0
-        for arm in arms:
+        done, used, trajectory = [], 0, []
+        while arms:
+            arm = arms.pop(0)
             left = c.cfg.budget - used
-            if left <= 0 and done:
+            if left <= 0 and done and arm.name != "idiom" and arm.share is None:
                 done.append({"arm": arm.name, "start": arm.start, "skipped": "the budget was spent by the arms before"})
                 continue
-            rel, start = inst.starts[arm.start]
+            left = max(0, left if arm.share is None else min(left, arm.share))
+            if arm.source is not None:
+                start, origin = arm.source, f"{c.root_text}/{inst.name} {arm.start}"
+            else:
+                rel, start = inst.starts[arm.start]
+                origin = f"{c.root_text}/{rel}"
             llm = c.llm_for_instance() if arm.name == "llm" else None
-            run = apply(c.store, c.gate, self.wl, start, f"{c.root_text}/{rel}", arm.config(c.cfg, left), llm=llm,
-                        replay=c.replay, progress=c.step_progress(inst.name, cond), skills=library)
+            run = apply(c.store, c.gate, self.wl, start, origin, arm.config(c.cfg, left), llm=llm,
+                        replay=c.replay, progress=c.step_progress(inst.name, cond),
+                        skills=[] if arm.unsteered else library)
             used += run["summary"]["evaluated"]
+            trajectory += run["steps"]
             rec = _arm_record(arm.name, arm.start, run)
             if llm is not None:
                 rec["spent_usd"] = run["summary"]["spent_usd"]
             if rec.get("best_eval_key"):
                 rec["best_score"] = _search_score(c.store.get_evaluation(rec["best_eval_key"]))
             done.append(rec)
-        lib = None if cond == "control-random" else sorted(s["name"] for s in library)
+            if arm.name == "rewrites" and run["stop_reason"] != "start_failed":
+                arms[0:0] = self.structural_arms({**run, "start_kind": arm.start}, c.cfg.budget - used)
+        lib = None if cond in UNSTEERED else sorted(s["name"] for s in library)
+        curve = budget_curve(trajectory, c.cfg.budget, lambda key: _search_score(c.store.get_evaluation(key)))
         best = max((a for a in done if a.get("best_eval_key")), key=lambda a: a["best_score"] or 0.0, default=None)
         sources = {id(a): a.pop("_source", None) for a in done}  # the kernels stay in the store, not in the row
         if best is None:
             why = "; ".join(f"{a['arm']}: {a.get('stop_reason') or a.get('skipped')} {a.get('start_error') or ''}".strip()
                             for a in done)
             return self.row(cond, "FAILED", f"no arm produced a correct kernel ({why})", arms=done,
-                            evaluations_used=used, budget=c.cfg.budget, library=lib, skills_used=[])
+                            evaluations_used=used, budget=c.cfg.budget, library=lib, skills_used=[], budget_curve=curve)
         best["chosen"] = True
-        return self.finalize(cond, sources[id(best)], tuple(best["best_flags"]), arms=done, used=used, library=lib)
+        return self.finalize(cond, sources[id(best)], tuple(best["best_flags"]), arms=done, used=used, library=lib,
+                             budget_curve=curve)
 
-    def finalize(self, cond: str, source: str, flags: tuple[str, ...], arms: list, used: int, library) -> dict:
+    def finalize(self, cond: str, source: str, flags: tuple[str, ...], arms: list, used: int, library,
+                 budget_curve: list | None = None) -> dict:
         c = self.ctx
         recs = []
         for k in range(c.cfg.final_rounds):
@@ -306,7 +376,8 @@ class _InstanceRun:
                 "flags": list(flags), "final_eval_keys": [r["eval_key"] for r in recs], "arms": arms,
                 "evaluations_used": used, "budget": c.cfg.budget if cond != "idiom" else 0, "library": library,
                 "correctness": _correctness(recs), "env": _env(recs),
-                "skills_used": _skills_used(arms, c.library, c.sources)}
+                "skills_used": _skills_used(arms, c.library, c.sources),
+                **({"budget_curve": budget_curve} if budget_curve is not None else {})}
         bad = [(FIRST_FINAL_ROUND + k, r) for k, r in enumerate(recs) if r["status"] != "PASSED"]
         if bad:
             rnd, r = bad[0]
@@ -355,9 +426,33 @@ def _arm_record(name: str, start_kind: str, run: dict) -> dict:
     key = start.get("eval_key")
     if kept:
         last = kept[-1]
-        key = last["baked"]["eval_key"] if (last.get("baked") or {}).get("status") == "PASSED" else last["remeasure"]["eval_key"]
+        if (last.get("baked") or {}).get("status") == "PASSED":
+            key = last["baked"]["eval_key"]
+        else:  # a re-measured winner; a rewrite kept because it passed has only its own evaluation
+            key = (last.get("remeasure") or {}).get("eval_key") or last["eval_key"]
     rec["best_eval_key"] = key
     return rec
+
+
+def budget_curve(steps: list[dict], budget: int, score) -> list[float | None]:
+    """The best speedup a search had reached after 0, 1, ... `budget` gated candidates: entry n is the
+    highest search measurement (`score(eval_key)`: _search_score, the geomean over benchmark shapes of
+    the reference's time over the kernel's, in the search's own worker) among the kernels that passed
+    the gate by then, its arms' start kernels included (they cost no candidate; an arm's start counts
+    from where that arm began). `steps` are the condition's apply steps, arm after arm; None until a
+    kernel passed. Read from the recorded trajectory: no evaluation is made for it."""
+    reached: list[tuple[int, float]] = []
+    n = 0
+    for st in steps:
+        if st["kind"] == "candidate" and spends_budget(st):
+            n += 1
+        elif st["kind"] != "start":
+            continue
+        if st.get("status") == "PASSED" and st.get("eval_key"):
+            sc = score(st["eval_key"])
+            if sc is not None:
+                reached.append((n, sc))
+    return [max((sc for k, sc in reached if k <= m), default=None) for m in range(budget + 1)]
 
 
 def _refused(steps: list[dict]) -> dict:
@@ -407,8 +502,8 @@ def _skills_used(arms: list[dict], library: list[dict], sources: dict[str, list[
         for st in a.get("steps", []):
             if st.get("status") in ("NO_REWRITE", "MATERIALIZE_ERROR", "NO_KERNEL"):
                 continue
-            if a["arm"] == "random" and st.get("backend") == "rules":
-                continue  # the random control's rewrites come from no skill
+            if a["arm"] in ("random", "rewrites") and st.get("backend") == "rules":
+                continue  # the random and structural controls' rewrites come from no skill
             names = st.get("steered_by") or ([st["skill"]] if st.get("skill") else [])
             how = "steered a sweep point" if st.get("backend") == "sweep" else f"{st.get('backend')} rewrite gated"
             for n in names:

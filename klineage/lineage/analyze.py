@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from klineage import settings
-from klineage.errors import ReplayMissingError
+from klineage.errors import InputError, ReplayMissingError
 from klineage.exec.serial import SerialExecutor
 from klineage.gate.gate import Gate, GateConfig, kernel_hash
 from klineage.lineage import admit as admit_mod
@@ -39,7 +39,7 @@ class AnalysisConfig:
     scope: bool = True
     admission: bool = True
     # which forward rewrites admission tries: "structural" (the families' reoptimize rewrites and the
-    # shape rewriters, on the mined workloads, the held-out instances and the apply workloads) or
+    # shape rewriters, on the mined workloads and the apply workloads; never a held-out instance) or
     # "mechanical" (the families' reoptimize rewrites on the mined workloads' kernels only)
     admission_rewrites: str = "structural"
 
@@ -166,14 +166,13 @@ def analyze_transitions(transitions: list[dict], source_of: Callable[[str], str 
     return an
 
 
-ADMISSION_ROOTS = ("heldout", "apply_workloads")
-
-
 def admission_workloads(root: Path | None = None) -> dict[str, tuple[Workload, list[tuple[str, str]]]]:
-    """The admission targets beyond the mined workloads: {name: (workload, [(start source, origin)])}
-    for every apply workload (its naive.cu) and one held-out instance per set of start kernels (its
-    naive and idiom kernels; instances sharing kernels differ only in shapes), under the checkout's
-    ADMISSION_ROOTS folders that exist."""
+    """The admission targets beyond the mined workloads: {name: (workload, [(naive.cu source, origin)])}
+    for every workload of the checkout's apply_workloads/ with a naive.cu (operators of their own,
+    among them a linear layer and a row-wise log_softmax written as admission targets of the matrix-product
+    and row-reduction families). Never a held-out instance: admission chooses which skills retrieval
+    offers, and a skill admitted by its effect on a held-out instance would be chosen by the test set
+    (check_not_heldout)."""
     root = Path(root or settings.repo_root())
     out: dict = {}
     apply_dir = root / "apply_workloads"
@@ -182,18 +181,29 @@ def admission_workloads(root: Path | None = None) -> dict[str, tuple[Workload, l
             if (d / "naive.cu").is_file():
                 wl = load_workload(d)
                 out[wl.name] = (wl, [((d / "naive.cu").read_text(), f"apply_workloads/{d.name}/naive.cu")])
-    held = root / "heldout"
-    if held.is_dir():
-        from klineage.heldout.instances import load_instances
-        seen = set()
-        for inst in sorted(load_instances(held), key=lambda i: i.name):
-            kernels = tuple(sorted(rel for rel, _ in inst.starts.values()))
-            if kernels in seen:
-                continue
-            seen.add(kernels)
-            out[inst.name] = (inst.workload, [(inst.starts[k][1], f"heldout/{inst.starts[k][0]}")
-                                              for k in ("naive", "idiom") if k in inst.starts])
     return out
+
+
+def heldout_fingerprint(root: Path | None = None) -> tuple[set[str], set[str], Path]:
+    """(names, kernel hashes, folder) of the checkout's held-out instances: their workload names and
+    every .cu file under heldout/."""
+    held = Path(root or settings.repo_root()) / "heldout"
+    names = {p.parent.name for p in held.glob("*/workload.py")}
+    hashes = {kernel_hash(p.read_text()) for p in held.rglob("*.cu")}
+    return names, hashes, held.resolve()
+
+
+def check_not_heldout(targets: dict[str, list], root: Path | None = None) -> None:
+    """Raise InputError when an admission target is a held-out instance: a workload of heldout/ (by
+    folder or name) or a kernel whose source is one of heldout/'s."""
+    names, hashes, held = heldout_fingerprint(root)
+    for name, tgts in targets.items():
+        for t in tgts:
+            path = Path(t.workload.path).resolve()
+            if name in names or t.workload.name in names or held in path.parents or kernel_hash(t.source) in hashes:
+                raise InputError(f"admission target {name} ({t.origin}) is a held-out instance or kernel: admission "
+                                 "must not see the held-out check; take targets from the expert corpus and "
+                                 "apply_workloads/ only")
 
 
 def run_admission(skills: list[dict], transitions: list[dict], source_of: Callable[[str], str | None],
@@ -219,6 +229,7 @@ def run_admission(skills: list[dict], transitions: list[dict], source_of: Callab
     targets = {name: admit_mod.candidate_kernels(wl, states.get(name, [])) for name, wl in sorted(workloads.items())}
     for name, (wl, starts) in (admission_workloads() if structural else {}).items():
         targets.setdefault(name, admit_mod.candidate_kernels(wl, [], starts))
+    check_not_heldout(targets)
 
     def one(s: dict) -> tuple[dict, list]:
         missing: list[dict] = []

@@ -49,6 +49,18 @@ def _digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
+def rederive_trials(richer: GateResult, rederived: GateResult, min_ratio: float) -> list[dict]:
+    """The forward re-derivation check, per benchmark shape (the two results' timing in order): the
+    speed ratio richer / re-derived of each timing trial (below 1: the re-derived kernel is slower)
+    and `ok`, whether every one of them reaches `min_ratio`. A step is re-derived when every shape
+    is ok."""
+    trials = []
+    for t_orig, t_red in zip(richer.timing, rederived.timing):
+        ratios = [o / r for o, r in zip(t_orig["trial_medians_us"], t_red["trial_medians_us"])]
+        trials.append({"shape": t_orig["shape"], "speed_ratios": ratios, "ok": min(ratios) >= min_ratio})
+    return trials
+
+
 def _env(res: GateResult) -> dict:
     e = res.env or {}
     return {k: e.get(k) for k in ("gpu", "driver", "nvcc", "torch", "capability")}
@@ -205,11 +217,7 @@ class Walker:
                          "the re-derived kernel does not pass the gate" if red_res else "not replayed", red_src,
                          red_res)
             return None
-        trials = []
-        for t_orig, t_red in zip(cur_res.timing, red_res.timing):
-            ratios = [o / r for o, r in zip(t_orig["trial_medians_us"], t_red["trial_medians_us"])]
-            trials.append({"shape": t_orig["shape"], "speed_ratios": ratios,
-                           "ok": min(ratios) >= self.limits.min_rederive_ratio})
+        trials = rederive_trials(cur_res, red_res, self.limits.min_rederive_ratio)
         if not all(t["ok"] for t in trials):
             self._reject(lin, prop.mechanism, prop.locus, "rederive_slow",
                          f"re-derived kernel below {self.limits.min_rederive_ratio}x of the original in a trial",

@@ -141,3 +141,25 @@ def grouped_bars(path: Path, groups: list[str], conditions: list[str], values: d
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7.5)
     return _save(fig, path)
+
+
+def curves(path: Path, series: dict[str, list[float | None]], title: str, xlabel: str, ylabel: str,
+           baseline: tuple[str, float] | None = None) -> Path:
+    """One line per series over x = 0, 1, ... (None values left out); `baseline` (label, y) drawn as a
+    dashed horizontal line."""
+    with matplotlib.rc_context(_RC):
+        fig = _figure(6.5, 3.6)
+        ax = fig.add_subplot()
+        for j, (label, ys) in enumerate(series.items()):
+            pts = [(x, y) for x, y in enumerate(ys) if y is not None]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, linewidth=1.2, label=label,
+                    color=_COLORS[j % len(_COLORS)])
+        if baseline is not None:
+            ax.axhline(baseline[1], color="#57606a", linewidth=0.8, linestyle="--", label=baseline[0])
+        n = max((len(ys) for ys in series.values()), default=1)
+        ax.set_xticks(range(n))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7.5)
+    return _save(fig, path)

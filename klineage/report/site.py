@@ -225,11 +225,21 @@ def render_report(store, out_dir: Path, progress=None) -> dict:
                     vals[(r["instance"], c)] = cell["speedup"]
                     if cell.get("ci95") and None not in cell["ci95"]:
                         ivals[(r["instance"], c)] = tuple(cell["ci95"])
-        path, chart = site.chart_rel(f"heldout-{''.join(c if c.isalnum() else '_' for c in fam)}.svg")
+        slug = ''.join(c if c.isalnum() else '_' for c in fam)
+        path, chart = site.chart_rel(f"heldout-{slug}.svg")
         out["charts"].append(charts.grouped_bars(path, inst, conds, vals, f"held-out: {fam}",
                                                  "speedup over the reference (x), 95% interval", intervals=ivals))
-        families.append({"family": fam, "rows": items, "chart": chart,
-                         "summary": heldout["report"]["summary"]["families"].get(fam, {})})
+        summary = heldout["report"]["summary"]
+        curve, curve_chart = (summary.get("budget_curves") or {}).get(fam), None
+        if curve:
+            idiom = (summary["families"].get(fam) or {}).get("idiom") or {}
+            path, curve_chart = site.chart_rel(f"heldout-{slug}-budget.svg")
+            out["charts"].append(charts.curves(
+                path, curve, f"held-out: {fam}, best speedup after n gated candidates", "gated candidates",
+                "geomean speedup over the reference (x), search measurement",
+                baseline=("idiom (final measurement)", idiom["geomean"]) if idiom.get("geomean") else None))
+        families.append({"family": fam, "rows": items, "chart": chart, "curve_chart": curve_chart,
+                         "summary": summary["families"].get(fam, {})})
     out["heldout"] = site.page("heldout.j2", "heldout.html", present=heldout is not None,
                                report=(heldout or {}).get("report"), conditions=(heldout or {}).get("conditions", []),
                                families=families, title="Held-out evaluation")

@@ -244,7 +244,7 @@ def _x(v) -> str:
     return "-" if v is None else f"{v:.3f}x"
 
 
-HELDOUT_TABLE_CONDITIONS = ("idiom", "skills", "control-random", "control-foreign")
+HELDOUT_TABLE_CONDITIONS = ("idiom", "skills", "control-random", "control-foreign", "control-structural")
 
 
 def heldout_markdown(report: dict) -> str:
@@ -270,6 +270,54 @@ def heldout_markdown(report: dict) -> str:
     for c in summ["comparisons"]:
         lo, hi = c["ci95"]
         lines.append(f"- {c['scope']}: skills / {c['b']} = {c['ratio']:.3f}x [{lo:.3f}, {hi:.3f}], {c['verdict']}")
+    return "\n".join(lines)
+
+
+def _curve(values) -> str:
+    return " ".join(f"{'-' if v is None else f'{v:.3f}':>6}" for v in values)
+
+
+def _curves_in_order(report: dict) -> dict:
+    """summary.budget_curves with its scopes in the report's family order (overall last) and its
+    conditions in the configuration's order, whatever order a JSON reader gave them."""
+    curves = report["summary"].get("budget_curves") or {}
+    scopes = [f for f in report["summary"]["families"] if f in curves] + [s for s in ("overall",) if s in curves]
+    conds = report["config"]["conditions"]
+    return {sc: {c: curves[sc][c] for c in conds if c in curves[sc]} for sc in scopes}
+
+
+def _budget_curves(report: dict) -> list[str]:
+    """The budget curves (summary.budget_curves, each row's budget_curve) as text lines; none without."""
+    curves = _curves_in_order(report)
+    if not curves:
+        return []
+    n = max(len(v) for per in curves.values() for v in per.values())
+    width = max([len(i["instance"]) for i in report["instances"]] + [len(s) for s in curves])
+    head = f"{'':<{width}}  {'condition':<18}  " + " ".join(f"{f'n={k}' if k == 0 else k:>6}" for k in range(n))
+    out = ["", "== budget curves: the best speedup the search measured after n gated candidates (geomean over "
+               f"instances; none passed yet: {report['config']['failure_speedup']:g}x)", head]
+    for scope, per in curves.items():
+        for c, vals in per.items():
+            out.append(f"{scope:<{width}}  {c:<18}  {_curve(vals)}")
+    out.append("per instance (- : no kernel passed yet)")
+    for inst in report["instances"]:
+        for c in report["config"]["conditions"]:
+            row = inst["conditions"].get(c) or {}
+            if row.get("budget_curve") is not None:
+                out.append(f"{inst['instance']:<{width}}  {c:<18}  {_curve(row['budget_curve'])}")
+    return out
+
+
+def budget_curves_markdown(report: dict) -> str:
+    """The budget curves per family and overall as Markdown, for the documentation (regenerated from a
+    recorded report by `python -m klineage.report.text curves REPORT.json`): one row per scope and
+    searching condition, one column per number of gated candidates."""
+    curves = _curves_in_order(report)
+    n = max((len(v) for per in curves.values() for v in per.values()), default=0)
+    lines = ["| scope | condition | " + " | ".join(str(k) for k in range(n)) + " |", "|" + "---|" * (n + 2)]
+    for scope, per in curves.items():
+        for c, vals in per.items():
+            lines.append(f"| {scope} | {c} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in vals) + " |")
     return "\n".join(lines)
 
 
@@ -334,6 +382,7 @@ def format_heldout(report: dict) -> str:
                        f"timed, or refused by nvcc) before its budget ran out on {len(e['whole_space'])} of "
                        f"{e['instances']} instances ({', '.join(e['whole_space'])}): there it found the space's best "
                        "configuration, and no steering of the same space can beat it")
+    out += _budget_curves(report)
     pub = summ.get("published")
     if pub:
         out.append("")
@@ -433,9 +482,10 @@ def format_features(path: str, rep: dict) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m klineage.report.text heldout REPORT.json
+if __name__ == "__main__":  # python -m klineage.report.text heldout|curves REPORT.json
     import json
     import sys
-    if len(sys.argv) != 3 or sys.argv[1] != "heldout":
-        sys.exit("usage: python -m klineage.report.text heldout REPORT.json")
-    print(heldout_markdown(json.loads(open(sys.argv[2]).read())))
+    if len(sys.argv) != 3 or sys.argv[1] not in ("heldout", "curves"):
+        sys.exit("usage: python -m klineage.report.text heldout|curves REPORT.json")
+    rep = json.loads(open(sys.argv[2]).read())
+    print(heldout_markdown(rep) if sys.argv[1] == "heldout" else budget_curves_markdown(rep))

@@ -28,3 +28,23 @@ def test_every_listing_command_has_json_and_long_runs_have_quiet():
             assert "as_json" in params, name
     for name in ("klineage mine", "klineage run", "klineage apply", "klineage heldout"):
         assert {"as_json", "quiet"} <= {p.name for p in cmds[name].params}, name
+
+
+def test_the_usage_line_reads_the_same_whatever_click_release_formats_it():
+    """click 8.4.0 prints `COMMAND` where 8.4.2 prints `[COMMAND]` for a group that runs without a
+    subcommand: the reference shows it one way (optional there, required elsewhere)."""
+    import click
+
+    from klineage.clidoc import _usage
+
+    @click.group(invoke_without_command=True)
+    def optional():
+        """A group that runs alone."""
+
+    @click.group()
+    def required():
+        """A group that needs a subcommand."""
+    for printed in ("Usage: x [OPTIONS] COMMAND [ARGS]...", "Usage: x [OPTIONS] [COMMAND] [ARGS]..."):
+        text = printed + "\n\n  COMMAND in the help text stays.\n"
+        assert _usage(optional, text) == "Usage: x [OPTIONS] [COMMAND] [ARGS]...\n\n  COMMAND in the help text stays.\n"
+        assert _usage(required, text).splitlines()[0] == "Usage: x [OPTIONS] COMMAND [ARGS]..."

@@ -3,8 +3,10 @@ error naming the key), the apply kind end to end with recorded evaluations, the 
 configuration. The corpus replay through `run` is tests/test_shipped_library.py's fixture."""
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,12 @@ from klineage.lineage.mine import load_config
 from klineage.pipelines import load_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from record_names import card, card_of  # noqa: E402
+
+# the records `--replay` of pipelines/apply_gelu.toml imports, named by the card they were made on
+APPLY_GELU_PATTERN = "apply_gelu_pipeline_{card}.jsonl.gz"
+APPLY_GELU_RECORD = load_pipeline(ROOT / "pipelines" / "apply_gelu.toml").run.records[0]
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -71,7 +79,8 @@ def test_apply_pipeline_loads_its_configuration():
     assert pl.kind == "apply" and pl.run.workload == ROOT / "apply_workloads" / "gelu"
     assert pl.run.config.materializers == ("rules", "sweep") and pl.run.config.budget_steps == 8
     assert not pl.run.config.admission
-    assert pl.run.records == [ROOT / "benchmarks" / "results" / "apply_h200" / "apply_gelu_pipeline.jsonl.gz"]
+    assert pl.run.records == [APPLY_GELU_RECORD] and APPLY_GELU_RECORD.parent == ROOT / "benchmarks" / "results"
+    card_of(APPLY_GELU_RECORD, APPLY_GELU_PATTERN)  # named by its card
     assert pl.run.gate == {"warmup": 5, "reps": 25, "trials": 3} and pl.run.out == ROOT / "out" / "apply_gelu"
 
 
@@ -93,14 +102,17 @@ def test_apply_pipeline_without_a_gpu_stops_with_the_reason_and_records_the_run(
         store.close()
 
 
-APPLY_GELU_RECORD = ROOT / "benchmarks" / "results" / "apply_h200" / "apply_gelu_pipeline.jsonl.gz"
-
-
 @pytest.mark.nvcc
-@pytest.mark.skipif(not APPLY_GELU_RECORD.exists(),
-                    reason="recorded on a GPU machine by benchmarks/apply_gelu_h200.sh, not committed yet")
 def test_the_apply_pipeline_replays_from_its_records(tmp_path):
-    """The CPU demo of apply: `klineage run pipelines/apply_gelu.toml --replay` on a copy of the library."""
+    """The CPU demo of apply: `klineage run pipelines/apply_gelu.toml --replay` on a copy of the library,
+    from the records benchmarks/apply_gelu_h200.sh made (named by the card they were made on)."""
+    assert APPLY_GELU_RECORD.is_file() and APPLY_GELU_RECORD.stat().st_size > 0, (
+        f"{APPLY_GELU_RECORD.name} is missing: record it with `bash benchmarks/apply_gelu_h200.sh $OUT` (one "
+        "device call, carry .whlx) and point apply.records of pipelines/apply_gelu.toml at it")
+    gpus = {json.loads(line).get("gpu") for line in gzip.decompress(APPLY_GELU_RECORD.read_bytes()).splitlines()}
+    live = sorted(g for g in gpus if g)
+    assert len(live) == 1 and card(live[0]) == card_of(APPLY_GELU_RECORD, APPLY_GELU_PATTERN), (
+        f"{APPLY_GELU_RECORD.name} holds evaluations made on {live}: name it by that card")
     db = tmp_path / "lib.duckdb"
     shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
     r = CliRunner().invoke(main, ["run", str(ROOT / "pipelines" / "apply_gelu.toml"), "--db", str(db), "--replay",

@@ -1,7 +1,7 @@
 // pitfall: 2
 // expect: GUARD_REJECTED
-// dynamic: INCORRECT wrong_values
-// why: a detached host thread sleeps ~1 ms and only then launches the correct kernel; the entry returns before any work is queued
+// dynamic: INCORRECT wrong_values | RUNTIME_ERROR cuda_error
+// why: a detached host thread sleeps ~1 ms and only then launches the correct kernel; the entry returns before any work is queued, so the check reads the unwritten output, or the late launch writes into buffers the harness has freed or reused (an illegal address): a race decides which
 #include <cuda_runtime.h>
 #include <thread>
 #include <chrono>

@@ -1,6 +1,7 @@
 """A scripted stand-in for klineage.gate.worker, for testing the driver's isolation on the CPU.
 
-Behaviour per request comes from the request's so_path: 'ok', 'hang', 'crash', 'fatal', 'slow-progress'.
+Behaviour per request comes from the request's so_path: 'ok', 'hang', 'crash', 'fatal', 'slow-progress',
+'long-phase' (a phase declaring a 3 s stall limit, silent 1.8 s), 'long-phase-hang', 'long-phase-then-hang'.
 """
 import argparse
 import json
@@ -32,6 +33,12 @@ for line in sys.stdin:
         out.write(json.dumps({"event": "result", "id": req["id"], "result": {
             "status": "PASSED", "cwd": os.getcwd(), "tmp": tmp, "pid": os.getpid()}}) + "\n")
         continue
+    elif mode in ("long-phase", "long-phase-hang", "long-phase-then-hang"):  # a phase declaring its own stall limit
+        out.write(json.dumps({"event": "progress", "phase": "reference", "stall_s": 3.0}) + "\n")
+        time.sleep(3600 if mode == "long-phase-hang" else 1.8)
+        out.write(json.dumps({"event": "progress", "phase": "timing"}) + "\n")
+        if mode == "long-phase-then-hang":
+            time.sleep(3600)
     elif mode == "slow-progress":
         for _ in range(6):
             out.write(json.dumps({"event": "progress", "phase": "timing"}) + "\n")

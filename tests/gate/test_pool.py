@@ -40,6 +40,18 @@ def test_progress_keeps_a_slow_evaluation_alive(worker):
     assert res["status"] == "PASSED"
 
 
+def test_a_phase_declaring_its_own_stall_limit_gets_it_and_only_it(worker):
+    """The reference's first call (JIT and autotuning) says how long it may be silent; past that it is
+    a hang like any other, and the next phase is held to the driver's limit again."""
+    assert worker.evaluate({"so_path": "long-phase"}, stall_s=1.0)["status"] == "PASSED"
+    res = worker.evaluate({"so_path": "long-phase-hang"}, stall_s=1.0)
+    assert res["status"] == "TIMEOUT" and "no progress for 3 s in phase reference" in res["error_message"]
+    t0 = time.monotonic()
+    res = worker.evaluate({"so_path": "long-phase-then-hang"}, stall_s=1.0)
+    assert res["status"] == "TIMEOUT" and "no progress for 1 s in phase timing" in res["error_message"]
+    assert time.monotonic() - t0 < 2.8 + 10
+
+
 def test_total_limit_kills_even_with_progress(worker):
     res = worker.evaluate({"so_path": "slow-progress"}, stall_s=1.0, total_s=0.8)
     assert res["status"] == "TIMEOUT" and "ran past" in res["error_message"]

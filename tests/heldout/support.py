@@ -12,7 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from klineage.apply.materialize import tunables
@@ -171,3 +174,11 @@ def script_gpu(monkeypatch, broken_vendor=(), wrong=None) -> dict:
     monkeypatch.setattr(pool, "GateWorker", new_worker)
     monkeypatch.setattr(pool, "gpu_available", lambda: True)
     return state
+
+
+def klineage_cli(args: list[str], cwd: Path, checkout: Path = ROOT) -> subprocess.CompletedProcess:
+    """`klineage ARGS` run from `cwd` with the package of `checkout` (a fresh clone's own code)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "KLINEAGE_EXPERTS")}
+    env["PYTHONPATH"] = str(checkout)
+    return subprocess.run([sys.executable, "-m", "klineage.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=1800)

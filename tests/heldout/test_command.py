@@ -38,7 +38,7 @@ from klineage.pipelines import load_pipeline
 from klineage.store import open_store
 from klineage.workload import load_workload
 
-from tests.heldout.support import FIXTURES, ROOT, library_cards, make_library, script_gpu
+from tests.heldout.support import FIXTURES, ROOT, klineage_cli as _klineage, library_cards, make_library, script_gpu
 from tests.reliability.support import run_until
 
 pytestmark = pytest.mark.nvcc
@@ -752,14 +752,6 @@ def test_a_replay_whose_search_decides_otherwise_says_where_and_why(recorded, tm
     assert whys["attn_tiny"] == ["arm random: apply_run differ"]
     assert "the recorded report stays the record of what was measured" in r.output
     assert (rec / "report" / "heldout.json").read_bytes() == (recorded["out"] / "heldout.json").read_bytes()
-
-
-def _klineage(args: list[str], cwd: Path, checkout: Path = ROOT) -> subprocess.CompletedProcess:
-    """`klineage ARGS` run from `cwd` with the package of `checkout` (a fresh clone's own code)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "KLINEAGE_EXPERTS")}
-    env["PYTHONPATH"] = str(checkout)
-    return subprocess.run([sys.executable, "-m", "klineage.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env=env, timeout=1800)
 
 
 def test_recorded_h200_run_replays_to_its_report(tmp_path):

@@ -163,18 +163,19 @@ def test_what_reproduces_is_the_effect_the_card_states():
     assert v["status"] == "slower" and v["trials"] == [] and gate.calls == 0
 
 
-def test_admission_reaches_a_held_out_kernel_along_the_ladder():
-    """A structural skill mined from row_sum: its roundtrip on a held-out RMSNorm, the naive kernel
-    for block_per_row, and the naive kernel shared by a block for the warp shuffles."""
+def test_admission_reaches_an_apply_workload_kernel_along_the_ladder():
+    """A structural skill mined from row_sum: its roundtrip on the row-wise log_softmax written as an
+    admission target, the naive kernel for block_per_row, and the naive kernel shared by a block for
+    the warp shuffles."""
     from klineage.lineage.analyze import admission_workloads
     extra = admission_workloads()
     targets = {name: admit.candidate_kernels(wl, [], starts) for name, (wl, starts) in extra.items()
-               if name.startswith("rmsnorm")}
+               if name == "log_softmax"}
     faster = ScriptedGate(latency=lambda s: 10.0 if "kl_row_" in s else 100.0)
     v = admit.admit_skill(_card("block_per_row", median=30.0), targets, faster)
     assert v["status"] == "admitted", v
     (t,) = v["trials"]
-    assert t["base_origin"] == "heldout/kernels/rmsnorm_naive.cu" and t["audit"] == "structural"
+    assert t["base_origin"] == "apply_workloads/log_softmax/naive.cu" and t["audit"] == "structural"
     shuffle = ScriptedGate(latency=lambda s: 90.0 if "__shfl_xor_sync" in s else 100.0)
     v = admit.admit_skill(_card("warp_reduction", median=1.003), targets, shuffle)
     (t,) = v["trials"]

@@ -12,12 +12,13 @@ from klineage.mechanisms.shapes import forward_states, shape_mechanisms, structu
 from klineage.mechanisms.shapes import rowwise as R
 from klineage.tuning import configuration
 
-HELD = Path("heldout/kernels")
+ROOT = Path(__file__).resolve().parents[2]
+HELD = ROOT / "heldout" / "kernels"
 NAIVE = {
     "softmax": HELD / "softmax_naive.cu", "rmsnorm": HELD / "rmsnorm_naive.cu",
     "layernorm": HELD / "layernorm_naive.cu", "add_rmsnorm": HELD / "add_rmsnorm_naive.cu",
-    "row_sum": Path("expert_kernels/row_sum/naive.cu"), "cross_entropy": Path("expert_kernels/cross_entropy/naive.cu"),
-    "cross_entropy_bf16": Path("expert_kernels/cross_entropy_bf16/naive.cu"),
+    "row_sum": ROOT / "expert_kernels/row_sum/naive.cu", "cross_entropy": ROOT / "expert_kernels/cross_entropy/naive.cu",
+    "cross_entropy_bf16": ROOT / "expert_kernels/cross_entropy_bf16/naive.cu",
 }
 KNOWN = {m.NAME for m in registry().values() if m.DETECTABLE}
 
@@ -62,7 +63,7 @@ def test_the_naive_kernels_are_rows_of_one_thread(name):
                                   "expert_kernels/row_sum/versions/03_launch_bounds.cu",
                                   "expert_kernels/cross_entropy/versions/01_restrict.cu"])
 def test_ladder_rungs_before_the_row_is_shared_are_recognised(path):
-    shape = R.RowwiseRewriter().recognise(Path(path).read_text())
+    shape = R.RowwiseRewriter().recognise((ROOT / path).read_text())
     assert not isinstance(shape, NotApplicable) and shape.facts["granularity"] == "thread"
 
 
@@ -75,7 +76,7 @@ def test_ladder_rungs_before_the_row_is_shared_are_recognised(path):
     ("expert_kernels/conv2d/naive.cu", "is not a pass over the row"),     # a window nest with `continue`
 ])
 def test_other_kernels_are_not_applicable_with_the_reason(path, why):
-    got = R.RowwiseRewriter().recognise(Path(path).read_text())
+    got = R.RowwiseRewriter().recognise((ROOT / path).read_text())
     assert isinstance(got, NotApplicable) and why in got.reason
 
 
@@ -170,7 +171,7 @@ def test_the_card_chooses_threads_and_cache_units():
     out, chosen = R.add(add(src("rmsnorm"), "warp_per_row"), "register_cache", card)
     assert chosen["items"] == 2 and "#define RMSNORM_CACHE_ITEMS 2" in out
     # launch bounds cap the block: row_sum's rung 03 is launched with at most 256 threads
-    rung = Path("expert_kernels/row_sum/versions/03_launch_bounds.cu").read_text()
+    rung = (ROOT / "expert_kernels/row_sum/versions/03_launch_bounds.cu").read_text()
     out, chosen = R.add(rung, "block_per_row", card)
     assert chosen["threads"] == 256 and "<= 256" in out
 

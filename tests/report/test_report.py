@@ -156,8 +156,8 @@ def test_site_pages_charts_and_links(site):
 
 @pytest.mark.nvcc
 def test_heldout_report_charted_per_family(tmp_path, monkeypatch):
-    """The page shows the newest stored held-out report: per family a chart with intervals and the
-    instance x condition table, the comparisons and verdict, the audit's queries, what was not run."""
+    """The page shows the newest stored held-out report: per family a chart with intervals, the budget
+    curves and the instance x condition table, the comparisons and verdict, the audit's queries, what was not run."""
     from klineage.gate.gate import Gate
     from klineage.heldout import HeldoutConfig, load_instances, run_heldout
     from tests.heldout.support import FIXTURES, make_library, script_gpu
@@ -181,9 +181,12 @@ def test_heldout_report_charted_per_family(tmp_path, monkeypatch):
     finally:
         store.close()
     assert res["lineages"] == [] and res["skills"] == []
-    assert len(res["charts"]) == 3 and all(_is_matplotlib_svg(c) for c in res["charts"])
+    # per family the speedups and the budget curves of the searching conditions
+    assert len(res["charts"]) == 6 and all(_is_matplotlib_svg(c) for c in res["charts"])
+    assert sorted(c.name for c in res["charts"] if c.name.endswith("-budget.svg")) == [
+        "heldout-attention-budget.svg", "heldout-gemm-budget.svg", "heldout-reduction-budget.svg"]
     pg = Page(res["heldout"])
-    assert "no-heldout" not in pg.ids and len(pg.imgs) == 3
+    assert "no-heldout" not in pg.ids and len(pg.imgs) == 6
     assert {"verdict", "comparisons", "audit", "not-run", "definitions"} <= pg.ids
     text = res["heldout"].read_text()
     rms = next(i for i in report["instances"] if i["instance"] == "rms_tiny")["conditions"]["skills"]

@@ -221,7 +221,8 @@ def mine_script(workload_dir: Path, rederived=None) -> dict:
     """The answers of a backward llm walk of the workload's ladder, expert.cu down to naive.cu: at
     each rung the step removing the mechanism that rung added (the next rung down as the simpler
     kernel, the changed lines of the rung as evidence), its forward re-derivation (the rung itself,
-    or `rederived(rung source)`: the same kernel as a model re-types it), and `done` at naive.cu. Four wrong answers are mixed in, one at each of the first rungs that
+    or `rederived(rung, next rung down)`: the kernel a model writes back from the simpler one, given
+    the two ladder versions), and `done` at naive.cu. Four wrong answers are mixed in, one at each of the first rungs that
     exist: malformed JSON (rejected when parsed), a step removing two mechanisms (rejected by the
     audit), citations of lines that do not exist (rejected by the citation check) and a simpler
     kernel that does not compile (rejected by the gate). Each answer is keyed by its rung's numbered
@@ -263,7 +264,8 @@ def mine_script(workload_dir: Path, rederived=None) -> dict:
                                                          kernel=broken(simple.source)))})
         replies.append({"when": key, "note": "step", "text": format_proposal(good, "Removing one mechanism.")})
         replies.append({"when": [f'Re-apply the optimization "{mech}" at {locus}'], "note": "rederive",
-                        "text": "The optimized kernel:\n\n" + _fenced((rederived or str)(rich.source)) + "\n"})
+                        "text": "The optimized kernel:\n\n" + _fenced(rederived(rich, simple) if rederived else rich.source)
+                        + "\n"})
         steps.append(mech)
     done = {"when": [numbered(ladder[0].source) + "\n```"], "note": "done",
             "text": "```json\n" + json.dumps({"done": True, "reason": "a plain one-thread-per-element kernel: "

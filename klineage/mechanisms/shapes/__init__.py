@@ -17,7 +17,7 @@ from klineage.mechanisms.base import Applied, NotApplicable
 from klineage.mechanisms.shapes.base import REGISTRY, Shape, ShapeRewriter, register
 
 __all__ = ["Shape", "ShapeRewriter", "forward_states", "knows", "operator_class", "reachable_mechanisms",
-           "recognises", "register", "rewriters", "shape_mechanisms", "structural_rewrite"]
+           "recognises", "register", "retyped_mechanisms", "rewriters", "shape_mechanisms", "structural_rewrite"]
 
 _loaded = False
 
@@ -76,13 +76,25 @@ def _shapes(source: str, workload=None) -> list[tuple[ShapeRewriter, Shape]]:
     return _READ[key]
 
 
+def _facts_union(source: str, workload, key: str) -> set[str]:
+    """The union of facts[key] over the rewriters that recognise `source`."""
+    out: set[str] = set()
+    for _, shape in _shapes(source, workload):
+        out |= set(shape.facts.get(key) or ())
+    return out
+
+
 def shape_mechanisms(source: str, workload=None) -> set[str]:
     """The structural mechanisms the shape rewriters read in `source` (each recogniser's
     facts["mechanisms"]; nothing from a rewriter that does not recognise it)."""
-    out: set[str] = set()
-    for _, shape in _shapes(source, workload):
-        out |= set(shape.facts.get("mechanisms") or ())
-    return out
+    return _facts_union(source, workload, "mechanisms")
+
+
+def retyped_mechanisms(source: str, workload=None) -> set[str]:
+    """The mechanisms a shape rewriter that recognises `source` writes for its own element type whatever
+    the element type of the kernels they were mined from (Shape.facts["retyped"]: the matmul generator
+    writes the whole kernel at the plan's element type)."""
+    return _facts_union(source, workload, "retyped")
 
 
 def reachable_mechanisms(source: str, workload=None) -> set[str]:

@@ -80,19 +80,38 @@ def mma_16816(acc: list, a: list, b: list) -> None:
                      acc[lane][2] + D[g + 8, 2 * t], acc[lane][3] + D[g + 8, 2 * t + 1]]
 
 
+def scatter(acc: dict, out: np.ndarray, wm: int, wn: int, warp_m: int, warp_n: int) -> None:
+    """The mma.sync epilogue's positions: out[r, c] += one warp's accumulators (relative to the tile)."""
+    for (mi, ni), regs in acc.items():
+        for lane in range(32):
+            r = wm * warp_m + mi * 16 + lane // 4
+            c = wn * warp_n + ni * 8 + (lane % 4) * 2
+            out[r, c] += regs[lane][0]
+            out[r, c + 1] += regs[lane][1]
+            out[r + 8, c] += regs[lane][2]
+            out[r + 8, c + 1] += regs[lane][3]
+
+
 def mma_block(smem: dict, sa: int, sb: int, *, bm: int, bn: int, warps_m: int, warps_n: int, b_kmajor: bool,
-              a_off, b_off, out: np.ndarray, bk: int = 64) -> None:
+              a_off, b_off, out: np.ndarray, bk: int = 64, a_mmajor: bool = False) -> None:
     """One staged k-tile (bk wide) of the mma.sync kernels' per-warp loop (ldmatrix lane addresses through
     a_off(row, chunk) and b_off(row, chunk), the fragment assignment, mma.sync) on every warp, and the
-    epilogue positions: out[r, c] += the block tile's partial products (r, c relative to the tile)."""
+    epilogue positions: out[r, c] += the block tile's partial products (r, c relative to the tile).
+    `a_mmajor`: a staged as [K, M] panels, its fragments read with ldmatrix.trans (k-row kk * 16 +
+    (lane & 7) + 8 * (lane >> 4), chunk m / 8 + ((lane >> 3) & 1))."""
     warp_m, warp_n = bm // warps_m, bn // warps_n
     frags_m, frags_n = warp_m // 16, warp_n // 8
     for wm in range(warps_m):
         for wn in range(warps_n):
             acc = {(mi, ni): [[0.0] * 4 for _ in range(32)] for mi in range(frags_m) for ni in range(frags_n)}
             for kk in range(bk // 16):
-                af = [ldmatrix_x4(smem, [sa + a_off(wm * warp_m + mi * 16 + (lane & 15), kk * 2 + (lane >> 4))
-                                         for lane in range(32)], False) for mi in range(frags_m)]
+                if a_mmajor:
+                    af = [ldmatrix_x4(smem, [sa + a_off(kk * 16 + (lane & 7) + 8 * (lane >> 4),
+                                                        (wm * warp_m + mi * 16) // 8 + ((lane >> 3) & 1))
+                                             for lane in range(32)], True) for mi in range(frags_m)]
+                else:
+                    af = [ldmatrix_x4(smem, [sa + a_off(wm * warp_m + mi * 16 + (lane & 15), kk * 2 + (lane >> 4))
+                                             for lane in range(32)], False) for mi in range(frags_m)]
                 bf = {}
                 for nj in range(frags_n // 2):
                     if b_kmajor:
@@ -108,14 +127,7 @@ def mma_block(smem: dict, sa: int, sb: int, *, bm: int, bn: int, warps_m: int, w
                 for mi in range(frags_m):
                     for ni in range(frags_n):
                         mma_16816(acc[(mi, ni)], af[mi], bf[ni])
-            for (mi, ni), regs in acc.items():
-                for lane in range(32):
-                    r = wm * warp_m + mi * 16 + lane // 4
-                    c = wn * warp_n + ni * 8 + (lane % 4) * 2
-                    out[r, c] += regs[lane][0]
-                    out[r, c + 1] += regs[lane][1]
-                    out[r + 8, c] += regs[lane][2]
-                    out[r + 8, c + 1] += regs[lane][3]
+            scatter(acc, out, wm, wn, warp_m, warp_n)
 
 
 # ---- wgmma -------------------------------------------------------------------------------------------------
@@ -260,3 +272,139 @@ def find_tile(block: int, z: int, *, offs, M: int, N: int, groups: int, bm: int,
 def tiles_of(M: int, N: int, groups: int, grouped: bool, bm: int, bn: int) -> int:
     rows = (M + bm - 1) // bm + groups - 1 if grouped else (M + bm - 1) // bm
     return rows * ((N + bn - 1) // bn)
+
+
+# ---- fp32 operands on TF32 tensor cores (mma.sync m16n8k8) --------------------------------------------------
+# Shared memory here maps a byte offset to a 32-bit element. ldmatrix (.b16) reads a matrix of 8 rows of
+# 16 bytes: with 32-bit elements, each row is 4 words and lane 4g + t receives word t of row g. The
+# m16n8k8 TF32 fragments: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); b0 (k t, n g),
+# b1 (k t + 4, n g); the accumulators as m16n8k16's.
+
+def store_words(smem: dict, base: int, tile: np.ndarray, offset) -> None:
+    """tile[r, 4c + e] at base + offset(r, c) + 4e: chunk copies of 16 bytes, 4 fp32 elements each."""
+    rows, cols = tile.shape
+    for r in range(rows):
+        for c in range(cols // 4):
+            o = base + offset(r, c)
+            for e in range(4):
+                smem[o + 4 * e] = tile[r, 4 * c + e]
+
+
+def ldmatrix_x4_words(smem: dict, addrs: list[int]) -> list[list]:
+    """Per lane, the four registers an ldmatrix.x4 (no .trans) gives of 32-bit elements."""
+    return [[smem[addrs[8 * i + lane // 4] + 4 * (lane % 4)] for i in range(4)] for lane in range(32)]
+
+
+def mma_1688(acc: list, a: list, b: list) -> None:
+    """acc[lane] (4 floats) += A (16 x 8 from a[lane], 4 registers) @ B (8 x 8 from b[lane], 2 registers)."""
+    A = np.zeros((16, 8))
+    B = np.zeros((8, 8))
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for (r, c), v in zip(((g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)), a[lane]):
+            A[r, c] = v
+        B[t, g], B[t + 4, g] = b[lane]
+    D = A @ B
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        acc[lane] = [acc[lane][0] + D[g, 2 * t], acc[lane][1] + D[g, 2 * t + 1],
+                     acc[lane][2] + D[g + 8, 2 * t], acc[lane][3] + D[g + 8, 2 * t + 1]]
+
+
+def panel_word(r: int, c: int, swizzle: bool, bk: int = 32) -> int:
+    """The generator's panel_word: element (r, c) of a panel-staged tile of fp32 (32 columns a panel)."""
+    return panel_offset(r, c // 4, swizzle, bk) + (c % 4) * 4
+
+
+def tf32_block(smem: dict, sa: int, sb: int, *, bm: int, bn: int, warps_m: int, warps_n: int, a_mmajor: bool,
+               b_kmajor: bool, swizzle: bool, out: np.ndarray, bk: int = 32) -> None:
+    """One staged k-tile (bk wide) of the TF32 mma_tile on every warp, as the template writes its lane
+    formulas, and the epilogue positions: out[r, c] += the block tile's partial products."""
+    warp_m, warp_n = bm // warps_m, bn // warps_n
+    frags_m, frags_n = warp_m // 16, warp_n // 8
+    for wm in range(warps_m):
+        for wn in range(warps_n):
+            acc = {(mi, ni): [[0.0] * 4 for _ in range(32)] for mi in range(frags_m) for ni in range(frags_n)}
+            for kk in range(bk // 8):
+                af = []
+                for mi in range(frags_m):
+                    if a_mmajor:
+                        regs = []
+                        for lane in range(32):
+                            m, k = wm * warp_m + mi * 16 + lane // 4, kk * 8 + lane % 4
+                            regs.append([smem[sa + panel_word(k, m, swizzle)], smem[sa + panel_word(k, m + 8, swizzle)],
+                                         smem[sa + panel_word(k + 4, m, swizzle)],
+                                         smem[sa + panel_word(k + 4, m + 8, swizzle)]])
+                    else:
+                        regs = ldmatrix_x4_words(smem, [sa + chunk_offset(wm * warp_m + mi * 16 + (lane & 15),
+                                                                          kk * 2 + (lane >> 4), swizzle)
+                                                        for lane in range(32)])
+                    af.append(regs)
+                bf = {}
+                if b_kmajor:
+                    for nj in range(frags_n // 2):
+                        q = ldmatrix_x4_words(smem, [sb + chunk_offset(wn * warp_n + nj * 16 + (lane & 7) + 8 * (lane >> 4),
+                                                                       kk * 2 + ((lane >> 3) & 1), swizzle)
+                                                     for lane in range(32)])
+                        bf[2 * nj] = [(q[lane][0], q[lane][1]) for lane in range(32)]
+                        bf[2 * nj + 1] = [(q[lane][2], q[lane][3]) for lane in range(32)]
+                else:
+                    for ni in range(frags_n):
+                        regs = []
+                        for lane in range(32):
+                            n, k = wn * warp_n + ni * 8 + lane // 4, kk * 8 + lane % 4
+                            regs.append((smem[sb + panel_word(k, n, swizzle)], smem[sb + panel_word(k + 4, n, swizzle)]))
+                        bf[ni] = regs
+                for mi in range(frags_m):
+                    for ni in range(frags_n):
+                        mma_1688(acc[(mi, ni)], af[mi], bf[ni])
+            scatter(acc, out, wm, wn, warp_m, warp_n)
+
+
+def tf32_block_product(A: np.ndarray, B: np.ndarray, *, a_mmajor: bool, b_kmajor: bool, bm: int, bn: int,
+                       warps_m: int = 2, warps_n: int = 2, swizzle: bool = True) -> np.ndarray:
+    """The block tile of A @ B (A m x k, B k x n) as the generator's TF32 kernel computes it: per 32-wide
+    k-tile, a staged K-major (rows of m) or, stored [K, M], in 32-column panels of its k-rows; b K-major
+    (rows of n) or in panels; then the MMAs and the epilogue positions."""
+    K = A.shape[1]
+    out = np.zeros((bm, bn))
+    for k0 in range(0, K, 32):
+        a = np.zeros((bm, 32))
+        a[:, :min(32, K - k0)] = A[:bm, k0:k0 + 32]
+        b = np.zeros((32, bn))
+        b[:min(32, K - k0), :] = B[k0:k0 + 32, :bn]
+        smem: dict = {}
+        sa, sb = 0, bm * 128
+        if a_mmajor:
+            store_words(smem, sa, a.T.copy(), lambda r, c: panel_offset(r, c, swizzle, 32))
+        else:
+            store_words(smem, sa, a, lambda r, c: chunk_offset(r, c, swizzle))
+        if b_kmajor:
+            store_words(smem, sb, b.T.copy(), lambda r, c: chunk_offset(r, c, swizzle))
+        else:
+            store_words(smem, sb, b, lambda r, c: panel_offset(r, c, swizzle, 32))
+        tf32_block(smem, sa, sb, bm=bm, bn=bn, warps_m=warps_m, warps_n=warps_n, a_mmajor=a_mmajor,
+                   b_kmajor=b_kmajor, swizzle=swizzle, out=out)
+    return out
+
+
+def mmajor_block_product(A: np.ndarray, B: np.ndarray, *, b_kmajor: bool, bm: int, bn: int, warps_m: int = 2,
+                         warps_n: int = 2, swizzle: bool = True) -> np.ndarray:
+    """The 16-bit mma.sync kernel's block tile with a stored [K, M]: per 64-wide k-tile, a's k-rows in
+    64-column panels (read with ldmatrix.trans), b as block_product stages it; then mma_block."""
+    K = A.shape[1]
+    out = np.zeros((bm, bn))
+    for k0 in range(0, K, 64):
+        a = np.zeros((bm, 64))
+        a[:, :min(64, K - k0)] = A[:bm, k0:k0 + 64]
+        b = np.zeros((64, bn))
+        b[:min(64, K - k0), :] = B[k0:k0 + 64, :bn]
+        smem: dict = {}
+        sa, sb = 0, bm * 128
+        store_rows(smem, sa, a.T.copy(), lambda r, c: panel_offset(r, c, swizzle))
+        layout = chunk_offset if b_kmajor else panel_offset
+        store_rows(smem, sb, b.T.copy() if b_kmajor else b, lambda r, c: layout(r, c, swizzle))
+        mma_block(smem, sa, sb, bm=bm, bn=bn, warps_m=warps_m, warps_n=warps_n, b_kmajor=b_kmajor,
+                  a_off=lambda r, c: panel_offset(r, c, swizzle), b_off=lambda r, c: layout(r, c, swizzle), out=out,
+                  a_mmajor=True)
+    return out

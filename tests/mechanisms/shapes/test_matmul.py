@@ -202,9 +202,12 @@ def _na(mechanism, src, config=None, workload=None) -> str:
 def test_not_a_matrix_product():
     assert "not a product's signature" in _na("wgmma", (ROOT / "heldout/kernels/softmax_idiom.cu").read_text())
     assert "no M, N and K" in _na("wgmma", (ROOT / "expert_kernels/conv2d/expert.cu").read_text())
-    lda = STARTS["ladder_naive"][0].read_text().replace("int M, int N,\n                            int K,",
-                                                        "int M, int N, int K, int lda,")
-    assert "integer parameters this rewriter does not read (lda)" in _na("smem_tiling", lda)
+    # a leading dimension the kernel reads x with: not a dense product
+    lda = (STARTS["ladder_naive"][0].read_text()
+           .replace("int M, int N,\n                                  int K)", "int M, int N, int K, int lda)")
+           .replace("x[(long long)row * K + k]", "x[(long long)row * lda + k]")
+           .replace("(x, weight, out, M, N, K)", "(x, weight, out, M, N, K, K)"))
+    assert "a `x` is read with strides lda (row) and 1 (k)" in _na("smem_tiling", lda)
 
 
 def test_never_raises():
@@ -245,10 +248,14 @@ def test_preconditions(start, mechanism, config, why):
     assert why in _na(mechanism, path.read_text(), config, _workload(start) if start in STARTS else None)
 
 
-def test_fp32_operands_do_not_take_tensor_cores():
+def test_fp32_operands_take_tensor_cores_as_tf32_where_the_tolerance_admits_it():
     src = (STARTS["ladder_05_unroll"][0].read_text().replace("__nv_bfloat16", "float")
            .replace("__bfloat162float", "").replace("__float2bfloat16", "").replace("#include <cuda_bf16.h>", ""))
-    assert "f32 operands: mma.sync here takes bf16 or fp16" in _na("tensor_core_mma", src)
+    res = structural_rewrite("tensor_core_mma", src, GEMM_CARD, None)
+    assert isinstance(res, Applied), res.reason
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in res.source
+    tight = type("W", (), {"tolerance": {"rtol": 1e-5, "atol": 1e-5}})()
+    assert "below the 0.003 TF32 needs" in _na("tensor_core_mma", src, GEMM_CARD, tight)
 
 
 def test_warp_specialization_needs_launch_bounds():

@@ -199,3 +199,77 @@ def test_every_output_is_one_blocks(offs, M, N):
             assert row0 == start and rows == offs[z] - start
     ends = offs[-1] if offs else M
     assert (cover[:ends] == 1).all() and (cover[ends:] == 0).all()
+
+
+# ---- fp32 on TF32 tensor cores, and a stored [K, M] ------------------------------------------------------------
+
+def _f32_plan(a_mmajor: bool, b_kmajor: bool, dtype: str = "f32") -> mm_plan.Plan:
+    e = mm_plan.Entry("mm", "const float* a, const float* b, float* out, int M, int N, int K, cudaStream_t stream",
+                      "mm", "a", "b", "out", "M", "N", "K", "stream")
+    form = mm_plan.Form("mma", "cp_async", True, False, False, False, True, False)
+    return mm_plan.Plan(dtype, b_kmajor, (e,), frozenset({"register_tiling", "tensor_core_mma"}), form, {}, {}, "MM",
+                        a_mmajor)
+
+
+@pytest.mark.parametrize("a_mmajor,b_kmajor,swizzle,bm,bn,K", [
+    (False, False, True, 32, 64, 96), (False, True, True, 32, 32, 40), (True, False, True, 64, 64, 64),
+    (True, True, False, 64, 32, 36), (False, False, False, 32, 32, 33)])
+def test_tf32_path_computes_the_product(a_mmajor, b_kmajor, swizzle, bm, bn, K):
+    A, B = ints(bm, K), ints(K, bn)
+    got = em.tf32_block_product(A, B, a_mmajor=a_mmajor, b_kmajor=b_kmajor, bm=bm, bn=bn, swizzle=swizzle)
+    assert np.array_equal(got, A @ B)
+
+
+@pytest.mark.parametrize("b_kmajor,swizzle", [(False, True), (True, True), (False, False)])
+def test_16bit_path_with_a_stored_km_computes_the_product(b_kmajor, swizzle):
+    A, B = ints(64, 128), ints(128, 64)
+    got = em.mmajor_block_product(A, B, b_kmajor=b_kmajor, bm=64, bn=64, swizzle=swizzle)
+    assert np.array_equal(got, A @ B)
+
+
+@pytest.mark.parametrize("a_mmajor", [False, True])
+@pytest.mark.parametrize("b_kmajor", [False, True])
+def test_modelled_tf32_formulas_are_the_generated_ones(a_mmajor, b_kmajor):
+    plan = _f32_plan(a_mmajor, b_kmajor)
+    values, _ = mm_forms.choose(plan, plan.form, {})
+    flat = re.sub(r"\s+", " ", mm_emit.emit(plan, plan.form, values))
+    want = ["constexpr int kBK = 32;", "for (int kk = 0; kk < kBK / 8; ++kk) {",
+            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 'asm("cvt.rna.tf32.f32 %0, %1;\\n"',
+            "r * 128 + ((c ^ (r & 7)) * 16)",
+            "const int r = t.m0 + wm * kWarpM + mi * 16 + lane / 4;",
+            "const int c = t.n0 + wn * kWarpN + ni * 8 + (lane % 4) * 2;"]
+    if a_mmajor:
+        want += ["const int m = wm * kWarpM + mi * 16 + lane / 4, k = kk * 8 + lane % 4;",
+                 "af[mi][0] = lds_tf32(sa + panel_word(k, m));", "af[mi][1] = lds_tf32(sa + panel_word(k, m + 8));",
+                 "af[mi][2] = lds_tf32(sa + panel_word(k + 4, m));",
+                 "af[mi][3] = lds_tf32(sa + panel_word(k + 4, m + 8));",
+                 "copy16(s + panel_offset(r, c), g + (in ? (k0 + r) * ld + m0 + c * 4 : 0), in);",
+                 "load_a_panels(st, a, d.M, d.K, t.rows, kt * kBK, t.m0);"]
+    else:
+        want += ["const int row = wm * kWarpM + mi * 16 + (lane & 15);",
+                 "ldmatrix_x4(af[mi], sa + chunk_offset(row, kk * 2 + (lane >> 4)));",
+                 "copy16(s + chunk_offset(r, c), g + (in ? (r0 + r) * ld + k0 + c * 4 : 0), in);"]
+    if b_kmajor:
+        want += ["const int row = wn * kWarpN + nj * 16 + (lane & 7) + 8 * (lane >> 4);",
+                 "ldmatrix_x4(q, sb + chunk_offset(row, kk * 2 + ((lane >> 3) & 1)));",
+                 "bf[2 * nj][0] = to_tf32(q[0]); bf[2 * nj][1] = to_tf32(q[1]);"]
+    else:
+        want += ["const int n = wn * kWarpN + ni * 8 + lane / 4, k = kk * 8 + lane % 4;",
+                 "bf[ni][0] = lds_tf32(sb + panel_word(k, n));", "bf[ni][1] = lds_tf32(sb + panel_word(k + 4, n));",
+                 "copy16(s + panel_offset(r, c), g + (in ? (k0 + r) * ld + n0 + c * 4 : 0), in);"]
+    if a_mmajor or not b_kmajor:
+        want += ["return panel_offset(r, c / 4) + static_cast<uint32_t>((c % 4) * 4);",
+                 "return static_cast<uint32_t>((c / 8) * (kBK * 128)) + chunk_offset(r, c % 8);"]
+    missing = [w for w in want if w not in flat]
+    assert not missing, missing
+
+
+def test_modelled_16bit_formulas_with_a_stored_km_are_the_generated_ones():
+    plan = _f32_plan(True, False, "bf16")
+    values, _ = mm_forms.choose(plan, plan.form, {})
+    flat = re.sub(r"\s+", " ", mm_emit.emit(plan, plan.form, values))
+    for w in ["const int krow = kk * 16 + (lane & 7) + 8 * (lane >> 4);",
+              "ldmatrix_x4_trans(af[mi], sa + panel_offset(krow, (wm * kWarpM + mi * 16) / 8 + ((lane >> 3) & 1)));",
+              "copy16(s + panel_offset(r, c), g + (in ? (k0 + r) * ld + m0 + c * 8 : 0), in);",
+              "load_a_panels(st, a, d.M, d.K, t.rows, kt * kBK, t.m0);"]:
+        assert w in flat, w

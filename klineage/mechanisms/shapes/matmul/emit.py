@@ -8,9 +8,18 @@ from pathlib import Path
 
 import jinja2
 
-from klineage.mechanisms.shapes.matmul.plan import DT, FORM_ROLES, ROLE_INFO, WGMMA_NS, _SUFFIX, Entry, Form, Plan
+from klineage import tuning
+from klineage.mechanisms.shapes.matmul.plan import (DT, FORM_ROLES, ROLE_INFO, WGMMA_NS, _SUFFIX, Entry, Form, Plan,
+                                                    _role_of)
 
 TEMPLATES = Path(__file__).parents[1] / "templates" / "matmul"
+ESIZE = {"bf16": 2, "f16": 2, "f32": 4}
+
+
+def _transposed(plan: Plan) -> str:
+    """How the stored operands stand in the product: " (b^T)", " (a^T)", " (a^T, b^T)" or ""."""
+    t = [x for x, y in (("a^T", plan.a_mmajor), ("b^T", plan.b_kmajor)) if y]
+    return f" ({', '.join(t)})" if t else ""
 
 
 def _wgmma_variants() -> list[dict]:
@@ -50,19 +59,22 @@ def _call(e: Entry) -> str:
 def _header(plan: Plan, form: Form, v: dict, names: dict) -> list[str]:
     dt = {"bf16": "bf16", "f16": "fp16", "f32": "fp32"}[plan.dtype]
     b = "b [N, K] row-major (K-major: out = a @ b^T)" if plan.b_kmajor else "b [K, N] row-major"
-    lines = [f"Tiled matrix product: {dt} in and out, fp32 accumulation; a [M, K] row-major, {b}, out [M, N] "
-             "row-major."]
+    a = "a [K, M] row-major (M-major: out = a^T @ b)" if plan.a_mmajor else "a [M, K] row-major"
+    lines = [f"Tiled matrix product: {dt} in and out, fp32 accumulation; {a}, {b}, out [M, N] row-major."]
     for e in plan.entries:
-        lines.append(f"  {e.name}: {_OPS[e.kind].replace('a @ b', 'a @ b^T') if plan.b_kmajor else _OPS[e.kind]}")
+        lines.append(f"  {e.name}: {_product(_OPS[e.kind], plan)}")
     core = {"smem": "one output per thread from tile x tile slices of a and b staged in shared memory",
             "regtile": "a TM x TN tile of outputs per thread accumulated in registers from k-slices staged in "
                        "shared memory",
             "mma": "tensor cores: mma.sync m16n8k16 with fp32 accumulators in registers, operands read with "
                    "ldmatrix from 64-wide k-tiles in shared memory, WARPS_M x WARPS_N warps per block tile",
+            "mma_tf32": "tensor cores: mma.sync m16n8k8 on TF32 operands (each fp32 element rounded to a 10-bit "
+                        "mantissa, cvt.rna) with fp32 accumulators in registers, operands read from 32-wide k-tiles "
+                        "in shared memory, WARPS_M x WARPS_N warps per block tile",
             "wgmma": "tensor cores: warpgroup MMA (wgmma.mma_async m64nNk16, sm_90a), both operands read from shared "
                      "memory through matrix descriptors, fp32 accumulators in registers, a warpgroup per 64 rows"}
     lines.append("Mechanisms:")
-    lines.append(f"  * {core[form.core]};")
+    lines.append(f"  * {core[form.core + ('_tf32' if plan.dtype == 'f32' and form.core == 'mma' else '')]};")
     if form.swizzle:
         lines.append("  * the 128-byte XOR swizzle of the shared tiles (chunk c of row r at c ^ (r % 8));")
     if form.copy == "cp_async":
@@ -74,13 +86,18 @@ def _header(plan: Plan, form: Form, v: dict, names: dict) -> list[str]:
     if form.ws:
         lines.append("  * warp specialization: a producer warpgroup (one thread) drives the TMA, consumer warpgroups "
                      "compute; setmaxnreg moves registers to the consumers; full/empty mbarriers per stage;")
-    if not plan.b_kmajor and form.tensor_cores:
+    if not plan.b_kmajor and form.tensor_cores and plan.dtype != "f32":
         lines.append("  * b staged as 64-column panels of 128-byte k-rows"
                      + (" and read transposed (MN-major descriptors)" if form.core == "wgmma" else
                         " and read with ldmatrix.trans") + ";")
+    if form.tensor_cores and plan.dtype == "f32" and (plan.a_mmajor or not plan.b_kmajor):
+        which = " and ".join(x for x, y in (("a", plan.a_mmajor), ("b", not plan.b_kmajor)) if y)
+        lines.append(f"  * {which} staged as 32-column panels of 128-byte k-rows, fragments read a word at a time;")
     lines.append("  * GROUP_M block rows sweep the N tiles together (L2 reuse).")
     if form.tensor_cores:
-        need = "K a multiple of 8" if plan.b_kmajor else "K and N multiples of 8"
+        ce = 4 if plan.dtype == "f32" else 8
+        dims = ["K"] + (["N"] if not plan.b_kmajor else []) + (["M"] if plan.a_mmajor else [])
+        need = f"K a multiple of {ce}" if len(dims) == 1 else f"{', '.join(dims[:-1])} and {dims[-1]} multiples of {ce}"
         lines.append(f"The fast path needs {need} and 16-byte aligned a and b; other calls take a plain tiled "
                      "kernel: slower, any shape.")
     out = []
@@ -93,9 +110,42 @@ def _header(plan: Plan, form: Form, v: dict, names: dict) -> list[str]:
     return out
 
 
+def _product(op: str, plan: Plan) -> str:
+    """The entry's operation with the operands as the plan stores them (a^T, b^T)."""
+    return op.replace("a @ b", ("a^T" if plan.a_mmajor else "a") + " @ " + ("b^T" if plan.b_kmajor else "b"))
+
+
+# how the sweep (klineage.tuning) must read the constant of each role: its role there (None: none, a value
+# swept by doubling and halving) and, for a tile extent, its axis
+SWEEP_READS = {"tile": (None,), "bm": ("tile", "M"), "bn": ("tile", "N"), "bk": ("tile", "K"), "tm": (None, "factor"),
+               "tn": (None, "factor"), "warps_m": ("warps",), "warps_n": ("warps",), "stages": ("stages",),
+               "group_m": (None, "factor")}
+
+
+def reads_as(name: str, role: str) -> bool:
+    """Whether a constant named `name` reads as the generator's `role` both here (plan._role_of) and to
+    the sweep (klineage.tuning: a tile extent with its axis, a warp count, a pipeline depth; the others
+    as no thread count)."""
+    if _role_of(name) != role:
+        return False
+    want = SWEEP_READS[role]
+    if want[0] == "tile":
+        return tuning.role(name) == "tile" and tuning.axis(name) == want[1]
+    return tuning.role(name) in want
+
+
+def tunable_name(plan: Plan, role: str) -> str:
+    """The name the written kernel gives the constant of `role`: the kernel's own, else its prefix's
+    (GEMM_BM), where the sweep reads it in that role; else the generator's own (MM_BM)."""
+    for name in (plan.names.get(role), f"{plan.prefix}_{_SUFFIX[role]}"):
+        if name and reads_as(name, role):
+            return name
+    return f"MM_{_SUFFIX[role]}"
+
+
 def emit(plan: Plan, form: Form, values: dict) -> str:
     """The kernel file of `plan` at `form` with the tuning constants `values` (role -> int)."""
-    names = {r: plan.names.get(r) or f"{plan.prefix}_{_SUFFIX[r]}" for r in values}
+    names = {r: tunable_name(plan, r) for r in values}
     taken = set()
     for r in list(names):  # two roles never share a name
         while names[r] in taken:
@@ -110,12 +160,14 @@ def emit(plan: Plan, form: Form, values: dict) -> str:
         fallback = "regtile" if "register_tiling" in plan.kinds else "smem"
     ctx = {
         "header": _header(plan, form, values, names), "dt": DT[plan.dtype], "b_kmajor": plan.b_kmajor,
+        "a_mmajor": plan.a_mmajor, "f32": plan.dtype == "f32", "ce": 16 // ESIZE[plan.dtype],
+        "esz": ESIZE[plan.dtype], "pc": 128 // ESIZE[plan.dtype], "bk": 128 // ESIZE[plan.dtype],
         "core": form.core, "copy": form.copy, "swizzle": form.swizzle, "ws": form.ws, "restrict": form.restrict,
         "lb": form.lb, "unroll": form.unroll, "vec": form.vec, "fallback": fallback, "tunables": tunables,
         "nm": {r: names.get(r, "") for r in ROLE_INFO},
         "wgmma_variants": _wgmma_variants(),
         "entries": [{"name": e.name, "params": e.params, "call": _call(e),
-                     "comment": [f"{e.name}: {_OPS[e.kind]}" + (" (b^T)" if plan.b_kmajor else "")]}
+                     "comment": [f"{e.name}: {_OPS[e.kind]}" + _transposed(plan)]}
                     for e in plan.entries],
     }
     return _template().render(**ctx)

@@ -11,8 +11,33 @@ from klineage.mechanisms.shapes.matmul.plan import (DEFAULTS, FORM_ROLES, ROLE_I
 # ---- the step a mechanism takes --------------------------------------------------------------------------
 
 
-def target_form(plan: Plan, mechanism: str, arch: str) -> Form | NotApplicable:
-    """The form `mechanism` takes the kernel to, or why it cannot (its preconditions)."""
+# fp32 operands rounded to TF32 (10-bit mantissa, relative error up to 2^-11 each): for unit-scale inputs
+# of random sign the error of an output is about 4e-4 of the outputs' rms at any K (the rounding errors
+# of K products add as sqrt(K), as the outputs do), up to ~2.5e-3 of it in the tail of 1e7 outputs. An
+# absolute tolerance of TF32_ATOL (of the rms, klineage.gate.correctness) covers every element.
+TF32_ATOL = 3e-3
+TF32_PRECONDITION = ("fp32 operands rounded to TF32 (10-bit mantissa): outputs off by ~4e-4 of their rms at any K, "
+                     f"up to ~2.5e-3 in the tail; needs the workload's atol >= {TF32_ATOL:g} (relative to the "
+                     "output's rms)")
+
+
+def tf32_verdict(tolerance) -> str:
+    """Why the workload's tolerance refuses TF32 products ('' when it accepts them, or when no workload
+    says: the gate's correctness check decides)."""
+    if tolerance is None:
+        return ""
+    atol = getattr(tolerance, "atol", None)
+    if atol is None and isinstance(tolerance, dict):
+        atol = tolerance.get("atol")
+    if atol is not None and atol < TF32_ATOL:
+        return (f"f32 operands: the TF32 tensor-core path rounds them to 10-bit mantissas, and the workload's "
+                f"atol {atol:g} (of the output's rms) is below the {TF32_ATOL:g} TF32 needs ({TF32_PRECONDITION})")
+    return ""
+
+
+def target_form(plan: Plan, mechanism: str, arch: str, tolerance=None) -> Form | NotApplicable:
+    """The form `mechanism` takes the kernel to, or why it cannot (its preconditions). `tolerance`: the
+    workload's (an fp32 product takes tensor cores as TF32 only where it admits TF32's rounding)."""
     f = plan.form
     sixteen = plan.dtype in ("bf16", "f16")
     hopper = re.fullmatch(r"sm_(\d+)a?", arch)
@@ -31,9 +56,12 @@ def target_form(plan: Plan, mechanism: str, arch: str) -> Form | NotApplicable:
     if mechanism == "tensor_core_mma":
         if f.tensor_cores:
             return NotApplicable("the kernel already runs its products on tensor cores")
-        if not sixteen:
-            return NotApplicable(f"{plan.dtype} operands: mma.sync here takes bf16 or fp16 (tf32 would change the "
-                                 "numerics)")
+        if not sixteen and plan.dtype != "f32":
+            return NotApplicable(f"{plan.dtype} operands: mma.sync here takes bf16, fp16 or fp32 (as TF32)")
+        if plan.dtype == "f32" and tf32_verdict(tolerance):
+            return NotApplicable(tf32_verdict(tolerance))
+        if plan.dtype == "f32" and sm and sm < 80:
+            return NotApplicable(f"TF32 mma.sync needs sm_80 or newer (this target is {arch})")
         if f.core != "regtile":
             return NotApplicable("the mma.sync fragments replace a register tile of outputs: apply register_tiling "
                                  "first")
@@ -60,6 +88,11 @@ def target_form(plan: Plan, mechanism: str, arch: str) -> Form | NotApplicable:
             return NotApplicable("the kernel already uses warpgroup MMA")
         if f.core != "mma":
             return NotApplicable("wgmma replaces mma.sync tiles: apply tensor_core_mma first")
+        if not sixteen:
+            return NotApplicable(f"{plan.dtype} operands: the wgmma form here takes bf16 or fp16 (its TF32 form is "
+                                 "not written)")
+        if plan.a_mmajor:
+            return NotApplicable("a stored [K, M]: the wgmma form here reads a K-major a")
         if not f.swizzle:
             return NotApplicable("wgmma here reads 128-byte swizzled tiles through its descriptors: apply "
                                  "smem_swizzle first")
@@ -76,6 +109,10 @@ def target_form(plan: Plan, mechanism: str, arch: str) -> Form | NotApplicable:
             return NotApplicable("the TMA here writes 128-byte swizzled tiles: apply smem_swizzle first")
         if sm < 90:
             return NotApplicable(f"the TMA needs sm_90 or newer (this target is {arch})")
+        if not sixteen:
+            return NotApplicable(f"{plan.dtype} operands: the TMA ring here loads 16-bit tiles")
+        if plan.a_mmajor:
+            return NotApplicable("a stored [K, M]: the TMA ring here loads a K-major a")
         return replace(f, copy="tma")
     if mechanism == "warp_specialization":
         if f.ws:
@@ -117,8 +154,9 @@ def card_values(config: dict) -> dict:
     return out
 
 
-def legal(form: Form, v: dict, b_kmajor: bool) -> str:
-    """Why the values `v` (role -> int) cannot build the form; '' when they can."""
+def legal(form: Form, v: dict, b_kmajor: bool, panel: int = 64, a_mmajor: bool = False) -> str:
+    """Why the values `v` (role -> int) cannot build the form; '' when they can. `panel`: the columns of
+    a 128-byte row (64 16-bit elements, 32 fp32) that an MN-major operand is staged in."""
     c = form.core
     if c == "smem":
         return "" if 1 <= v["tile"] <= 32 else "tile must be 1 to 32"
@@ -147,8 +185,10 @@ def legal(form: Form, v: dict, b_kmajor: bool) -> str:
         bm, bn = v["bm"], v["bn"]
         if bm not in (64, 128) or bn not in WGMMA_NS or (form.ws and bm != 128):
             return "wgmma tiles: BM 64 or 128 (128 with warp specialization), BN 64, 128 or 256"
-    if not b_kmajor and bn % 64:
-        return "BN must be a multiple of 64 (b staged in 64-column panels)"
+    if not b_kmajor and bn % panel:
+        return f"BN must be a multiple of {panel} (b staged in {panel}-column panels)"
+    if a_mmajor and bm % panel:
+        return f"BM must be a multiple of {panel} (a staged in {panel}-column panels)"
     barriers = (2 if form.ws else 1) * stages * 8 if form.copy == "tma" else 0
     if stages * (bm + bn) * 128 + barriers + 1024 > SMEM_LIMIT:
         return "the stages exceed 227 KB of shared memory"
@@ -161,9 +201,13 @@ def choose(plan: Plan, form: Form, config: dict) -> tuple[dict, list[str]]:
     roles = FORM_ROLES[form.core]
     if form.copy == "sync" and form.tensor_cores:
         roles = tuple(r for r in roles if r != "stages")
+    panel = 32 if plan.dtype == "f32" else 64
+
+    def why(vals: dict) -> str:
+        return legal(form, vals, plan.b_kmajor, panel, plan.a_mmajor)
     base = {r: DEFAULTS[form.core].get(r, ROLE_INFO[r][0]) for r in roles}
-    if legal(form, base, plan.b_kmajor):
-        raise AssertionError(f"defaults of {form.core} illegal: {legal(form, base, plan.b_kmajor)}")
+    if why(base):
+        raise AssertionError(f"defaults of {form.core} illegal: {why(base)}")
     card = card_values(config)
     notes = []
     v = dict(base)
@@ -172,17 +216,17 @@ def choose(plan: Plan, form: Form, config: dict) -> tuple[dict, list[str]]:
         for r in roles:
             if r in src:
                 trial[r] = src[r]
-        if not legal(form, trial, plan.b_kmajor):
+        if not why(trial):
             v = trial
             continue
         for r in roles:  # one at a time, so one illegal value does not drop the others
             if r in src and src[r] != v[r]:
                 one = {**v, r: src[r]}
-                if legal(form, one, plan.b_kmajor):
-                    notes.append(f"{source_name} {r}={src[r]} not used: {legal(form, one, plan.b_kmajor)}")
+                if why(one):
+                    notes.append(f"{source_name} {r}={src[r]} not used: {why(one)}")
                 else:
                     v = one
     if form.tensor_cores and form.copy != "sync":
-        while legal(form, v, plan.b_kmajor) and v["stages"] > 2:  # shrink the ring to fit
+        while why(v) and v["stages"] > 2:  # shrink the ring to fit
             v["stages"] -= 1
     return v, notes

@@ -113,6 +113,7 @@ class Plan:
     names: dict = field(default_factory=dict)    # role -> the kernel's constant name
     values: dict = field(default_factory=dict)   # role -> the kernel's value
     prefix: str = "MM"
+    a_mmajor: bool = False      # a stored [K, M] (M-major: column m of a^T is row m of the product)
 
 
 # ---- recognition -----------------------------------------------------------------------------------------
@@ -171,13 +172,51 @@ def _entry(name: str, text: str) -> Entry | str:
                  offs=offs[0][3] if offs else None, batch=batch, groups=groups)
 
 
+_CALL = re.compile(r"\{\s*return\s+launch_matmul\(([^;]*)\);\s*\}")
+
+
+def _generated(name: str, params: str, source: str, end: int) -> Entry | None:
+    """The entry point of a file this generator wrote (`return launch_matmul(a, b, bias, offs, out, batch,
+    groups, M, N, K, stream);`), its roles read positionally; None for any other body."""
+    m = _CALL.match(source, end - 1)
+    if not m:
+        return None
+    args = [a.strip() for a in m.group(1).split(",")]
+    if len(args) != 11:
+        return None
+    a, b, bias, offs, out, batch, groups, M, N, K, stream = args
+    bias, offs = (None if x == "nullptr" else x for x in (bias, offs))
+    batch = None if batch == "1" else batch
+    groups = None if groups == "0" else groups
+    kind = "grouped_mm" if offs else "bmm" if batch else "addmm" if bias else "mm"
+    return Entry(name, params, kind, a, b, out, M, N, K, stream, bias=bias, offs=offs, batch=batch, groups=groups)
+
+
 def entries(source: str) -> tuple[list[Entry], list[str]]:
-    """The file's matrix-product entry points, and why each other entry point is not one."""
+    """The file's matrix-product entry points read by their parameters' names (or, in a file this
+    generator wrote, by its call), and why each other entry point is not one."""
     found, why = [], []
     for m in _ENTRY.finditer(source):
-        e = _entry(m.group(1), m.group(2))
+        e = _generated(m.group(1), m.group(2), source, m.end()) or _entry(m.group(1), m.group(2))
         (found if isinstance(e, Entry) else why).append(e)
     return found, why
+
+
+def computed_entries(source: str) -> tuple[list[Entry], bool, bool, str] | str:
+    """(entry points, a [K, M], b [N, K], element type) of a file whose entry points launch a plain
+    product, read by what its kernel computes (read.read_product); the fact that blocked it otherwise."""
+    from klineage.mechanisms.shapes.matmul.read import Refused, read_product
+    names = [m.group(1) for m in _ENTRY.finditer(source)]
+    params = {m.group(1): m.group(2) for m in _ENTRY.finditer(source)}
+    if not names:
+        return 'no extern "C" cudaError_t entry point'
+    try:
+        got, a_mmajor, b_kmajor, dtype = read_product(source, names)
+    except Refused as exc:
+        return str(exc) if exc.definite else f"{exc} (not followed)"
+    out = [Entry(g["name"], params[g["name"]], g["kind"], g["a"], g["b"], g["out"], g["M"], g["N"], g["K"],
+                 g["stream"], bias=g["bias"], batch=g["batch"]) for g in got]
+    return out, a_mmajor, b_kmajor, dtype
 
 
 def _dtype_of(e: Entry) -> str:
@@ -215,26 +254,46 @@ def _b_layout_from_source(source: str) -> bool | None:
     return None
 
 
-def _b_layout_from_workload(workload, e: Entry) -> bool | None | str:
+def _size(expr: str, scalars: dict) -> int | None:
+    """The value of a size the generator's call passes (`N`, `M*K`) for the workload's scalars."""
+    import sympy
+    names = set(re.findall(r"[A-Za-z_]\w*", expr))
+    if not names <= set(scalars):
+        return None
+    v = sympy.sympify(expr, locals={n: sympy.Symbol(n) for n in names}).subs(
+        {sympy.Symbol(n): scalars[n] for n in names})
+    return int(v) if v.is_number else None
+
+
+def _a_mmajor_from_source(source: str) -> bool:
+    """Whether this generator's file reads a stored [K, M] (its `a_at` indexes a[k * M + m])."""
+    m = re.search(r"a_at\([^)]*\)\s*\{\s*return[^;]*\[([^\];]*)\]", source)
+    return bool(m and re.search(r"\bk\)?\s*\*\s*d\.M\b", m.group(1)))
+
+
+def _b_layout_from_workload(workload, e: Entry, a_mmajor: bool = False) -> bool | None | str:
     """K-major (True) / N-major (False) from the shapes of the workload's inputs; None when the workload
-    is not about this entry; a reason when its inputs are not a product this rewriter writes."""
+    is not about this entry or its shapes cannot tell (K = N); a reason when its inputs are not a
+    product this rewriter writes (a is [.., K, M] where `a_mmajor`, else [.., M, K])."""
     if workload is None or getattr(workload, "entry", None) != e.name:
         return None
     shapes = sorted(list(workload.probe_shapes) + list(workload.benchmark_cases),
                     key=lambda s: sum(v for v in s.values() if isinstance(v, int)))
     scalars = [workload.scalars(s) for s in shapes]
-    tried = [s for s, sc in zip(shapes, scalars) if {e.N, e.K} <= set(sc) and sc[e.K] != sc[e.N]]
-    if not tried and shapes and e.K in shapes[0]:
+    sizes = [(s, tuple(_size(x, sc) for x in (e.M, e.N, e.K))) for s, sc in zip(shapes, scalars)]
+    tried = [s for s, (M, N, K) in sizes if None not in (M, N, K) and K != N]
+    if not tried and shapes and e.K in shapes[0] and {e.M, e.N, e.K} != {e.K}:
         tried = [{**shapes[0], e.K: shapes[0][e.K] + 8}]
     for shape in tried[:1]:
         sc = workload.scalars(shape)
         ins = workload.make_inputs(shape, 0)
         if e.a not in ins or e.b not in ins:
             return f"the workload's inputs have no {e.a} and {e.b}"
-        M, N, K = sc[e.M], sc[e.N], sc[e.K]
+        M, N, K = (_size(x, sc) for x in (e.M, e.N, e.K))
         a, b = tuple(ins[e.a].shape), tuple(ins[e.b].shape)
-        if a[-2:] != (M, K):
-            return f"{e.a} is {a}, not [.., M, K] row-major"
+        want = (K, M) if a_mmajor else (M, K)
+        if a[-2:] != want:
+            return f"{e.a} is {a}, not [.., {'K, M' if a_mmajor else 'M, K'}] row-major"
         if e.bias and tuple(ins[e.bias].shape) != (N,):
             return f"{e.bias} is {tuple(ins[e.bias].shape)}, not [N]"
         if b[-2:] == (K, N):
@@ -303,23 +362,46 @@ def _constants(source: str) -> tuple[dict, dict, str]:
 
 
 def recognise_plan(source: str, workload=None) -> Plan | NotApplicable:
-    """The plan of a matrix-product kernel file, or NotApplicable naming why it is not one."""
+    """The plan of a matrix-product kernel file, or NotApplicable naming why it is not one.
+
+    Its entry points are read, in this order: as this generator writes them (`return launch_matmul(...)`);
+    by what the kernel they launch computes (a plain product, klineage.mechanisms.shapes.matmul.read: the
+    layouts come from its indexing); by their parameters' names (M, N, K, a batch or group count: tiled
+    kernels, whose layout of b comes from the workload or from how a kernel indexes it)."""
     from klineage.mechanisms import detect_all
     found, why = entries(source)
-    if not found:
-        return NotApplicable('no extern "C" entry point of a matrix product' + (f" ({'; '.join(why)})" if why else ""))
-    if why:
-        return NotApplicable(f"entry points that are not matrix products: {'; '.join(why)}")
-    dtypes = {_dtype_of(e) for e in found}
+    a_mmajor, layout = False, None
+    generated = bool(found) and not why and all(_CALL.match(source, m.end() - 1) for m in _ENTRY.finditer(source))
+    computed = None if generated else computed_entries(source)
+    if isinstance(computed, tuple):
+        found, a_mmajor, layout, dtype = computed
+        why = []
+        for e in found:
+            got = _b_layout_from_workload(workload, e, a_mmajor)
+            if isinstance(got, str):
+                return NotApplicable(got)
+            if got is not None and got != layout:
+                return NotApplicable(f"the kernel reads {e.b} as {'[N, K]' if layout else '[K, N]'}, and the "
+                                     f"workload's {e.b} is {'[N, K]' if got else '[K, N]'}")
+    elif computed is not None and not computed.endswith("(not followed)") and _form(frozenset(), source).core == "naive":
+        # a kernel of one thread per output that does not compute a plain product: its names say nothing more
+        return NotApplicable(f"not a plain matrix product: {computed}")
+    elif not found or why:
+        named = ('no extern "C" entry point of a matrix product' + (f" ({'; '.join(why)})" if why else "")) \
+            if not found else f"entry points that are not matrix products: {'; '.join(why)}"
+        return NotApplicable(named if computed is None or "no extern" in computed else
+                             f"{named}; read by what it computes, {computed}")
+    dtypes = {dtype} if isinstance(computed, tuple) else {_dtype_of(e) for e in found}
     if len(dtypes) != 1:
         return NotApplicable("entry points of different element types")
-    layout = None
-    for e in found:
-        got = _b_layout_from_workload(workload, e)
-        if isinstance(got, str):
-            return NotApplicable(got)
-        if got is not None:
-            layout = got
+    if layout is None:
+        a_mmajor = _a_mmajor_from_source(source)
+        for e in found:
+            got = _b_layout_from_workload(workload, e, a_mmajor)
+            if isinstance(got, str):
+                return NotApplicable(got)
+            if got is not None:
+                layout = got
     if layout is None:
         layout = _b_layout_from_source(source)
     if layout is None:
@@ -331,7 +413,7 @@ def recognise_plan(source: str, workload=None) -> Plan | NotApplicable:
     if other:
         return NotApplicable(f"the kernel also carries {', '.join(other)}, which the matmul generator does not write")
     names, values, prefix = _constants(source)
-    return Plan(dtypes.pop(), layout, tuple(found), kinds, _form(kinds, source), names, values, prefix)
+    return Plan(dtypes.pop(), layout, tuple(found), kinds, _form(kinds, source), names, values, prefix, a_mmajor)
 
 
 def present(plan: Plan) -> list[str]:
@@ -341,15 +423,27 @@ def present(plan: Plan) -> list[str]:
     return sorted(have & set(MECHANISMS))
 
 
+# the forms written for 16-bit operands with a K-major a only
+SIXTEEN_BIT_K_MAJOR = ("wgmma", "tma", "warp_specialization")
+
+
+def refused(plan: Plan) -> list[str]:
+    """The rewriter's mechanisms this kernel's element type and layout cannot take (fp32 operands, or a
+    stored [K, M]: no wgmma, TMA or warp specialization here)."""
+    return list(SIXTEEN_BIT_K_MAJOR) if plan.dtype == "f32" or plan.a_mmajor else []
+
+
 def plan_facts(plan: Plan) -> dict:
     """The plan as Shape.facts: plain data (rebuilt by plan_of), with "mechanisms" as the audit reads it."""
     return {"operation": sorted({e.kind for e in plan.entries}), "dtype": plan.dtype,
             "b_layout": "[N, K] (K-major)" if plan.b_kmajor else "[K, N] (N-major)",
+            "a_layout": "[K, M] (M-major)" if plan.a_mmajor else "[M, K] (K-major)",
             "entries": [asdict(e) for e in plan.entries], "mechanisms": present(plan), "kinds": sorted(plan.kinds),
+            "refuses": refused(plan), "retyped": [m for m in MECHANISMS if m not in refused(plan)],
             "form": asdict(plan.form), "names": dict(plan.names), "values": dict(plan.values), "prefix": plan.prefix}
 
 
 def plan_of(facts: dict) -> Plan:
     return Plan(facts["dtype"], facts["b_layout"].startswith("[N, K]"), tuple(Entry(**e) for e in facts["entries"]),
                 frozenset(facts["kinds"]), Form(**facts["form"]), dict(facts["names"]), dict(facts["values"]),
-                facts["prefix"])
+                facts["prefix"], facts.get("a_layout", "").startswith("[K, M]"))

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from klineage.mechanisms.base import Applied, NotApplicable
 from klineage.mechanisms.shapes.base import Shape, ShapeRewriter, register
 from klineage.mechanisms.shapes.matmul.emit import emit
-from klineage.mechanisms.shapes.matmul.forms import choose, target_form
+from klineage.mechanisms.shapes.matmul.forms import TF32_PRECONDITION, choose, target_form
 from klineage.mechanisms.shapes.matmul.plan import MECHANISMS, _constants, plan_facts, plan_of, present, recognise_plan
 
 
@@ -75,7 +75,7 @@ class MatmulRewriter(ShapeRewriter):
             return registry()[mechanism].reoptimize(Kernel(source), None, None)
         plan = plan_of(shape.facts)
         arch = str(config.get("arch") or DEFAULT_ARCH)
-        form = target_form(plan, mechanism, arch)
+        form = target_form(plan, mechanism, arch, getattr(workload, "tolerance", None))
         if isinstance(form, NotApplicable):
             return form
         values, notes = choose(plan, form, config)
@@ -92,12 +92,16 @@ class MatmulRewriter(ShapeRewriter):
         if was - now or now - was != {mechanism}:
             return NotApplicable(f"the written kernel reads as {sorted(now)} against {sorted(was)} before "
                                  f"(expected {mechanism} added)")
+        declared = []
+        if plan.dtype == "f32" and form.tensor_cores and not plan.form.tensor_cores:
+            declared.append({"category": "data_types", "condition": TF32_PRECONDITION})
         kernel = f"matmul_{form.core}_kernel"
         names = {r: n for r, n in zip(values, [t for t in _tunable_names(new, values)])}
         return Applied(new, mechanism, f"{kernel}:{mechanism}", before=_kernel_text(source, shape.kernel),
                        after=_kernel_text(new, kernel),
                        config={"form": asdict(form), "values": {names[r]: v for r, v in values.items()},
-                               "notes": notes, "audit": {k: audit[k] for k in ("added_forward", "lost_forward")}})
+                               "notes": notes, "audit": {k: audit[k] for k in ("added_forward", "lost_forward")},
+                               **({"preconditions": declared} if declared else {})})
 
 
 def _tunable_names(source: str, values: dict) -> list[str]:
