@@ -67,7 +67,8 @@ _READ: dict = {}
 
 def _shapes(source: str, workload=None) -> list[tuple[ShapeRewriter, Shape]]:
     """(rewriter, Shape) of every rewriter that recognises `source` (the last few reads kept)."""
-    key = (source, getattr(workload, "content_hash", None) or getattr(workload, "name", None))
+    key = (source, getattr(workload, "content_hash", None) or getattr(workload, "name", None),
+           tuple(id(rw) for rw in rewriters()))
     if key not in _READ:
         if len(_READ) > 64:
             _READ.clear()
