@@ -13,7 +13,7 @@ reason, the skills kept, every step, and per benchmark shape the naive start's, 
 the PyTorch reference's latency (the workload's `vendor`, timed by the gate alternately with the
 kernel in the same trials), the speedup over the start (the run's paired comparison) and over PyTorch
 (the best kernel's evaluation). Writes DIR/apply_naive_<card>.json (<card> from the GPU the
-evaluations name: h100, h200, ...), DIR/evals/<name>.jsonl.gz (each workload's evaluations: what a
+evaluations name: h100, h200, ...; benchmarks/record_names.py), DIR/evals/<name>.jsonl.gz (each workload's evaluations: what a
 CPU `--replay` of a run reads), DIR/runs/<name>/ (best.cu, trajectory.json, the command's log) and
 prints a table. --dry-run runs `klineage apply --dry-run` instead (no GPU: each kernel's plan) and
 writes DIR/apply_naive_plan.json.
@@ -36,10 +36,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from record_names import gpu_name, named  # noqa: E402
 from structural_reach import APPLY, CLASSES, kernel_class  # noqa: E402
 
 RESERVE_S = 60        # a kernel starts only with this much of the deadline left
-RECORD_NAME = "apply_naive_{card}.json"
+RECORD = "apply_naive_{card}.json"
 
 
 def kernels() -> list[str]:
@@ -157,12 +158,6 @@ def worker(names: list[str], out: Path, budget_steps: int, deadline: float, gpu:
     return res
 
 
-def card(env: dict | None) -> str:
-    """The record's name part for the GPU an environment names ("NVIDIA H100 80GB HBM3" -> h100)."""
-    m = re.search(r"\b([A-Z]\d{2,3}[A-Za-z]?)\b", (env or {}).get("gpu", ""))
-    return m.group(1).lower() if m else "unknown"
-
-
 def _geomean(xs: list[float]) -> float | None:
     xs = [x for x in xs if x and x > 0]
     return round(math.exp(sum(math.log(x) for x in xs) / len(xs)), 4) if xs else None
@@ -243,7 +238,7 @@ def main() -> int:
                       "command": "klineage apply --workload apply_workloads/NAME --start apply_workloads/NAME/naive.cu "
                                  f"--db COPY_OF_skills_db/skills.duckdb --budget-steps {ns.budget_steps} --json"},
            "kernels": results, "summary": summary(results)}
-    path = ns.out / RECORD_NAME.format(card=card(env))
+    path = ns.out / named(RECORD, (env or {}).get("gpu") or gpu_name())
     path.write_text(json.dumps(rec, indent=1, default=str) + "\n")
     shutil.rmtree(ns.out / "db", ignore_errors=True)  # the library copies: the evaluations are exported
     print(table(results))

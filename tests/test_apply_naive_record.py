@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,30 +18,28 @@ from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 DIR = ROOT / "benchmarks" / "results" / "apply_naive"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from record_names import card, card_of, the_record  # noqa: E402
+
 spec = importlib.util.spec_from_file_location("apply_naive_gpu", ROOT / "benchmarks" / "apply_naive_gpu.py")
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 
 
-def _records() -> list[Path]:
-    return sorted(p for p in DIR.glob("apply_naive_*.json") if p.name != "apply_naive_plan.json")
-
-
 @pytest.fixture(scope="module")
 def record() -> dict:
-    paths = _records()
-    assert paths, (f"no record in {DIR}: run `OUT=... bash benchmarks/apply_naive_gpu.sh` in one device call "
-                   "(carry .whlh) and copy $OUT/apply_naive here")
-    rec = json.loads(paths[-1].read_text())
-    assert rec["kernels"], f"{paths[-1]} holds no kernel"
-    rec["_path"] = paths[-1]
+    path = the_record(DIR, bench.RECORD, "run `OUT=... bash benchmarks/apply_naive_gpu.sh` in one device call "
+                                         "(carry .whlh) and copy $OUT/apply_naive into benchmarks/results/apply_naive/")
+    rec = json.loads(path.read_text())
+    assert rec["kernels"], f"{path} holds no kernel"
+    rec["_path"] = path
     return rec
 
 
 def test_the_record_is_named_by_its_card_and_covers_every_kernel(record):
     env = record["env"]
     assert env and env.get("gpu") and env.get("driver") and env.get("nvcc") and env.get("torch")
-    assert record["_path"].name == bench.RECORD_NAME.format(card=bench.card(env))
+    assert card_of(record["_path"], bench.RECORD) == card(env["gpu"])
     assert list(record["kernels"]) == bench.kernels()
     assert record["config"]["budget_steps"] == 12
     done = [n for n, r in record["kernels"].items() if r["status"] == "done"]
@@ -92,12 +91,6 @@ def test_a_run_replays_from_its_evaluations(record, name, tmp_path):
 
 
 # ---------------------------------------------------------------- the script's reading of a run (no record)
-
-def test_records_are_named_by_the_card_of_their_environment():
-    assert bench.card({"gpu": "NVIDIA H100 80GB HBM3"}) == "h100"
-    assert bench.card({"gpu": "NVIDIA H200"}) == "h200"
-    assert bench.card(None) == "unknown"
-
 
 def test_the_best_kernel_is_the_last_kept_steps_final_evaluation():
     steps = [{"kind": "start", "eval_key": "s"},
