@@ -94,7 +94,8 @@ class MineFile(Table):
 
 
 class ApplyTable(Table):
-    admission: Optional[bool] = expect("bool")
+    admission: Optional[Union[bool, Literal["first"]]] = expect('true (admitted skills only), false (admission ignored) '
+                                                                'or "first" (admitted skills first; the default)')
     base_url: Optional[str] = expect("str")
     budget_s: Optional[Num] = expect("a number")
     budget_steps: Optional[int] = expect("int")

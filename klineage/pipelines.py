@@ -10,7 +10,7 @@ trajectory can always be read back.
          (klineage.lineage.mine.load_config)
   apply  name, description, [gate], [apply]:
            workload (folder), start (kernel file), materializers (list of rules/sweep/llm),
-           budget_steps, budget_usd, budget_s, admission (bool), sweep_axes (source/buildable),
+           budget_steps, budget_usd, budget_s, admission (true / false / "first", the default), sweep_axes,
            structural (library/off: the retrieved structural skills first, or none), model, base_url,
            out (folder)
   heldout  name, description, [gate], [heldout]:
@@ -31,6 +31,7 @@ from pathlib import Path
 
 from klineage.config import ApplyFile, HeldoutFile, validate
 from klineage.errors import KLineageError, read_toml
+from klineage.gate.compile import DEFAULT_ARCH
 
 KINDS = ("mine", "apply", "heldout")
 
@@ -142,8 +143,9 @@ def _apply_pipeline(path: Path, raw: dict) -> ApplyPipeline:
         raise PipelineError(f"{path}: apply.start = {ap['start']!r}: no such kernel file")
     try:
         cfg = ApplyConfig(materializers=mats, budget_steps=ap.get("budget_steps", 16), budget_usd=ap.get("budget_usd"),
-                          budget_s=ap.get("budget_s"), admission=ap.get("admission", True), model=ap.get("model"),
-                          sweep_axes=ap.get("sweep_axes", "source"), structural=_structural_mode(ap.get("structural")))
+                          budget_s=ap.get("budget_s"), admission=ap.get("admission", "first"), model=ap.get("model"),
+                          sweep_axes=ap.get("sweep_axes", "source"), structural=_structural_mode(ap.get("structural")),
+                          arch=gate.get("arch") or DEFAULT_ARCH)
     except ValueError as e:
         raise PipelineError(f"{path}: [apply]: {e}") from None
     return ApplyPipeline(wl, start, cfg, dict(gate), ap.get("base_url"), base / ap["out"] if "out" in ap else None,

@@ -13,11 +13,17 @@ ctypes); lineage and the llm room never import apply, and the llm room imports n
 
 Circles: the module graph has no cycle (no strongly connected component of two or more modules),
 except those listed in KNOWN_CIRCLES.
+
+Families: a mechanism family is known in klineage/mechanisms/ only (its Family spec). Outside it no
+string literal is a family's name, except the few in FAMILY_LITERALS, each with its reason: lineage,
+apply, heldout and the rest read what they need of a family from its spec, so a family added is
+picked up everywhere and none is forgotten in a table.
 """
 from __future__ import annotations
 
 import ast
 import functools
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -48,6 +54,13 @@ FORBIDDEN = {
                      "klineage.mechanisms", "klineage.cli"),
     "klineage.parse": ("klineage.mechanisms", "klineage.gate", "klineage.lineage", "klineage.apply", "klineage.llm",
                        "klineage.store", "klineage.heldout", "klineage.cli"),
+    "klineage.mechanisms": ("klineage.lineage", "klineage.apply", "klineage.heldout", "klineage.cli", "klineage.report"),
+    "klineage.gate": ("klineage.mechanisms", "klineage.lineage", "klineage.apply", "klineage.heldout", "klineage.cli"),
+}
+# (module, family name) -> why that module may spell a family's name as a string literal
+FAMILY_LITERALS = {
+    ("klineage.gate.gate", "wgmma"): "the instruction the gate's arch table matches (_ARCH_ONLY), named as nvcc "
+                                     "names it: the gate sits below the families and cannot read a spec",
 }
 
 
@@ -205,3 +218,46 @@ def test_the_known_circles_still_exist():
     found = circles(graph())
     stale = [sorted(c) for c in KNOWN_CIRCLES if c not in found]
     assert not stale, f"gone: remove from KNOWN_CIRCLES: {stale}"
+
+
+def family_names() -> set[str]:
+    """Every family's name, read from the source: the NAME of each class in klineage/mechanisms/families/
+    and the tables of its declared.toml."""
+    root = PACKAGE / "mechanisms" / "families"
+    out = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for stmt in node.body:
+                    if isinstance(stmt, ast.Assign) and any(getattr(t, "id", "") == "NAME" for t in stmt.targets) \
+                            and isinstance(stmt.value, ast.Constant) and stmt.value.value:
+                        out.add(stmt.value.value)
+    for path in root.rglob("declared.toml"):
+        out |= set(tomllib.loads(path.read_text()))
+    return out
+
+
+def test_family_names_are_read_from_the_families():
+    names = family_names()
+    assert {"vector_access", "warp_reduction", "wgmma", "warp_per_row"} <= names and len(names) >= 30
+
+
+def test_no_family_table_outside_the_mechanisms():
+    names = family_names()
+    found = []
+    for m, path in MODULES.items():
+        if _inside(m, ("klineage.mechanisms",)):
+            continue
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names \
+                    and (m, n.value) not in FAMILY_LITERALS:
+                found.append(f"{path.relative_to(ROOT)}:{n.lineno} names {n.value!r}")
+    assert not found, ("family names outside klineage/mechanisms/: read them from the family's spec "
+                       "(klineage.mechanisms.family_specs()), or add the place to FAMILY_LITERALS with its "
+                       "reason:\n" + "\n".join(found))
+
+
+def test_every_allowed_family_literal_is_still_there():
+    for (m, name), why in FAMILY_LITERALS.items():
+        assert why and any(isinstance(n, ast.Constant) and n.value == name
+                           for n in ast.walk(ast.parse(MODULES[m].read_text()))), f"{m} no longer names {name}: drop it"

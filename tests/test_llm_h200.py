@@ -41,7 +41,13 @@ RECORD_IT = "record it: python benchmarks/llm_h200.py --out DIR on the H200 (one
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import llm_h200  # noqa: E402
 
-LADDER_DOWN = ["unroll", "coarsening", "cache_hint", "vector_access", "fast_math", "launch_bounds", "restrict"]
+# The steps down swiglu's ladder as the walk labels them: with what the evidence reads (source forms and
+# the compiler's), rung 04 adds a scalar grid-stride fallback (a form of coarsening no rule takes off)
+# with its vector access, so that step is labelled with both. The H200 run labelled steps before the
+# walk read that evidence: its record names the rung's declaration alone (RECORDED_LADDER_DOWN); the
+# kernels, the evaluations and the decisions are the same.
+LADDER_DOWN = ["unroll", "coarsening", "cache_hint", "coarsening+vector_access", "fast_math", "launch_bounds", "restrict"]
+RECORDED_LADDER_DOWN = ["unroll", "coarsening", "cache_hint", "vector_access", "fast_math", "launch_bounds", "restrict"]
 
 
 def test_mine_script_walks_the_ladder_to_naive():
@@ -140,7 +146,7 @@ def test_recorded_h200_lineage_reached_naive_live(record):
     assert mine["rc"] == 0 and mine["summary"]["evaluations"]["by_source"].get("live", 0) >= len(LADDER_DOWN) + 1
     lin = mine["lineage"]
     assert lin["start_is_expert"] and lin["reached_naive"] and lin["termination"] in ("complete", "no_proposal")
-    assert [s["mechanism"] for s in lin["steps"]] == LADDER_DOWN
+    assert [s["mechanism"] for s in lin["steps"]] == RECORDED_LADDER_DOWN
     assert all(s["forward_speedups"] for s in lin["steps"])  # measured on every benchmark shape
     assert [r["kind"] for r in lin["rejections"]] == ["not_applicable", "audit", "not_applicable", "compile_error"]
     assert mine["server"]["unused_replies"] == [] and mine["server"]["prompts_with"]["walk_feedback"] >= 4

@@ -57,9 +57,23 @@ def replayed(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shipped_skills():
-    r = CliRunner().invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json"])
+    r = CliRunner().invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json", "--full"])
     assert r.exit_code == 0, r.output
     return json.loads(r.output)
+
+
+@pytest.mark.nvcc
+def test_a_replay_runs_no_nvcc(replayed):
+    """The corpus records the compiler evidence of every kernel the main job audits
+    (skills_db/compiler/) and the compile scope's verdicts (skills_db/compile_checks.jsonl): a replay
+    starts no nvcc or ptxas, and counts what it read instead."""
+    _, summary = replayed
+    calls = summary["nvcc"]
+    assert calls["total"]["runs"] == 0, (
+        f"the replay ran nvcc or ptxas {calls['total']['runs']} times ({calls}): a change made kernels the records do "
+        "not hold; regenerate them: python benchmarks/main_job.py record-ptx (and the compile checks), then "
+        "python benchmarks/main_job.py measure")
+    assert calls["ptx"]["recorded"] > 300 and calls["compile_check"]["recorded"] > 0
 
 
 @pytest.mark.nvcc
@@ -77,18 +91,6 @@ def test_replayed_library_is_the_one_the_h200_run_stored(replayed):
     mine = _dump(db)
     assert [(l["workload_name"], l["proposer"]) for l in mine["lineages"]] == \
         [(l["workload_name"], l["proposer"]) for l in device["lineages"]]
-    # Two ladder steps are judged by the ladder audit's compound check since the compiler's evidence
-    # came (klineage.lineage.ladder.audit_ladder_step): the single-mechanism reading refuses them (each
-    # rung also adds a grid-stride loop the compiler reads as coarsening: row_sum's row loop, swiglu's
-    # scalar fallback) and the compound reading, over the source detectors, accepts them as before. Same
-    # verdict, mechanism and evaluations; the audit record is the compound check's
-    rejudged = {("row_sum", "version:04_warp_per_row"), ("swiglu", "version:04_vector_access")}
-    for got, want in zip(mine["lineages"], device["lineages"]):
-        for a, b in zip(got["transitions"], want["transitions"]):
-            if (got["workload_name"], a["locus"]) in rejudged:
-                assert a["audit"]["ok"] and b["audit"]["ok"] and a["audit"]["mechanisms"] == [a["mechanism"]]
-                assert a["audit"]["declared"] == [b["audit"]["declared"]] and a["audit"]["undeclared"] == []
-                a["audit"] = b["audit"]
     assert mine["lineages"] == device["lineages"]
     # the cards' measured configuration and the carriers' rendering (`// ...` where code is left out)
     # came after that run (both read the kernel sources, measure nothing), and so did the admission
@@ -330,7 +332,7 @@ def test_lineage_cli(tmp_path):
 
 def test_skills_why_and_stats():
     runner = CliRunner()
-    shipped = json.loads(runner.invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json"]).output)
+    shipped = json.loads(runner.invoke(main, ["skills", "list", "--db", str(SHIPPED), "--json", "--full"]).output)
     sid = shipped[0]["skill_id"]
     r = runner.invoke(main, ["skills", "why", sid, "--db", str(SHIPPED), "--json"])
     assert r.exit_code == 0, r.output

@@ -117,3 +117,99 @@ def test_the_gallery_reduction_takes_its_block_size_at_run_time():
     wl = load_workload(RB)
     assert wl.launch == {"threads": [256, 128, 512, 1024]}
     assert wl.scalars(wl.benchmark_cases[0]) == {"n": 1 << 25, "threads": 256}
+
+
+# -- a scratch output, the launch axis swept, a domain per kernel -----------------------------------
+SCRATCH = BASE.replace('{"name": "y", "kind": "ptr", "dtype": "float32", "role": "out"},',
+                       '{"name": "y", "kind": "ptr", "dtype": "float32", "role": "out"},\n'
+                       '        {"name": "partials", "kind": "ptr", "dtype": "float32", "role": "out"},').replace(
+    'def outputs(shape): return {"y": ((shape["rows"], shape["cols"]), "float32")}',
+    'def outputs(shape): return {"y": ((shape["rows"], shape["cols"]), "float32"), "partials": ((64,), "float32")}')
+
+
+@pytest.mark.parametrize("who", ["reference", "vendor"])
+def test_workload_check_passes_a_scratch_output_one_side_leaves_out(tmp_path, who):
+    from klineage.gate.contract import check_contract
+    text = SCRATCH + LAUNCH
+    if who == "vendor":  # the oracle states the scratch buffer; the vendor does not produce one
+        text = text.replace('def reference(inputs, shape): return {"y": 2 * inputs["x"].double()}',
+                            'def reference(inputs, shape): return {"y": 2 * inputs["x"].double(), '
+                            '"partials": torch.zeros(64, dtype=torch.float64)}')
+    d = tmp_path / "wl"
+    d.mkdir()
+    (d / "workload.py").write_text(text)
+    rep = check_contract(load_workload(d))
+    assert rep["ok"], rep["checks"]
+    vendor = next(c for c in rep["checks"] if c["function"] == "vendor")
+    assert "within tolerance" in vendor["detail"]
+    assert ("partials: returned by one of them only, not compared" in vendor["detail"]) == (who == "vendor")
+
+
+def test_every_launch_configuration_is_one_axis_value_at_a_time(tmp_path):
+    wl = load_workload(write(tmp_path, LAUNCH))
+    assert wl.launch_configs() == [{"block": 256}, {"block": 128}, {"block": 512}]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "workload.py").write_text(BASE.replace(', {"name": "block", "kind": "int"}', ""))
+    assert load_workload(plain).launch_configs() == []
+
+
+def test_the_walk_checks_each_step_at_every_launch_configuration(tmp_path, monkeypatch):
+    from klineage.gate.gate import Status, kernel_hash
+    from klineage.lineage.proposers import RulesProposer
+    from klineage.lineage.walk import Walker
+    from tests.lineage.test_walk import ScriptedGate
+    monkeypatch.setenv("KLINEAGE_HOME", str(tmp_path / "home"))
+    wl = load_workload(write(tmp_path, LAUNCH))
+    expert = ("#include <cuda_runtime.h>\n__global__ void __launch_bounds__(512) k(const float* __restrict__ x, "
+              "float* __restrict__ y, int n) {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "    if (i < n) y[i] = 2.0f * x[i];\n}\n"
+              'extern "C" cudaError_t vec_scale(const float* x, float* y, int rows, int cols, int block, '
+              "cudaStream_t s) {\n    k<<<(rows * cols + block - 1) / block, block, 0, s>>>(x, y, rows * cols);\n"
+              "    return cudaGetLastError();\n}\n")
+    seen = []
+
+    class AtLaunch(ScriptedGate):
+        def evaluate(self, source, workload, origin=None, replay=False):
+            block = workload.launch_values["block"]
+            seen.append((kernel_hash(source), block))
+            # without __launch_bounds__ the kernel is scripted to fail at block 512
+            self.verdict = (lambda s: Status.INCORRECT if block == 512 and "__launch_bounds__" not in s
+                            else Status.PASSED)
+            return super().evaluate(source, workload, origin, replay)
+    lin = Walker(AtLaunch(), wl, [RulesProposer()]).run(expert)
+    assert lin["config"]["launch"] == {"checked": [{"block": 128}, {"block": 512}], "start_fails": []}
+    refused = [r for r in lin["rejections"] if r.get("launch")]
+    assert refused and refused[0]["mechanism"] == "launch_bounds" and refused[0]["launch"] == {"block": 512}
+    assert refused[0]["kind"] == "incorrect" and "at launch {'block': 512}" in refused[0]["message"]
+    assert all(t["launch"] == [{"launch": {"block": 128}, "eval_key": t["launch"][0]["eval_key"]},
+                               {"launch": {"block": 512}, "eval_key": t["launch"][1]["eval_key"]}]
+               for t in lin["transitions"])
+    assert {b for _, b in seen} == {256, 128, 512}
+
+
+def test_a_kernel_declares_its_own_domain_and_its_skills_carry_it(tmp_path, monkeypatch):
+    from klineage.lineage.proposers import RulesProposer
+    from klineage.lineage.walk import Walker
+    from tests.lineage.test_walk import ScriptedGate
+    monkeypatch.setenv("KLINEAGE_HOME", str(tmp_path / "home"))
+    wl = load_workload(write(tmp_path, LAUNCH))
+    header = '// klineage-domain: {"multiple_of": {"cols": 4}}\n'
+    assert wl.for_kernel("// no declaration\n") is wl
+    narrow = wl.for_kernel(header)
+    assert narrow.domain == {"multiple_of": {"cols": 4}} and narrow.content_hash != wl.content_hash
+    assert [s for k, s in narrow.all_shapes() if k == "probe"] == [{"rows": 3, "cols": 8}, {"rows": 1, "cols": 4, "offset": 1},
+                                                                   {"rows": 2, "cols": 4, "offset": 4}]
+    with pytest.raises(WorkloadError, match="klineage-domain is not JSON"):
+        wl.for_kernel("// klineage-domain: {cols: 4}\n")
+    with pytest.raises(WorkloadError, match="DOMAIN"):
+        wl.for_kernel('// klineage-domain: {"multiple_of": {"depth": 4}}\n')
+    # a step's skill carries the richer kernel's domain: here the expert's, none for the workload
+    src = header + ("__global__ void __launch_bounds__(256) k(const float* __restrict__ x, float* y, int n) {\n"
+                    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = 2.0f * x[i];\n}\n")
+    lin = Walker(ScriptedGate(), wl, [RulesProposer()]).run(src)
+    assert lin["transitions"] and all(t["domain"] and "cols" in t["domain"][0]["condition"]
+                                      for t in lin["transitions"])
+    plain = src.replace(header, "")
+    lin = Walker(ScriptedGate(), wl, [RulesProposer()]).run(plain)
+    assert lin["transitions"] and not any("domain" in t for t in lin["transitions"])

@@ -351,7 +351,7 @@ class Search:
         """Retrieve on the best (facts and ranking change only with the best kernel)."""
         bh = self.best.key
         if self.retrieval is None or self.retrieved_for != bh:
-            facts = target_facts(self.wl, self.best.source, self.cfg.platform, self.best.result)
+            facts = target_facts(self.wl, self.best.source, self.cfg.arch, self.best.result)
             if self.best.result is None and self.bottleneck is not None:
                 facts.bottleneck = dict(self.bottleneck)
             self.retrieval, self.retrieved_for = retrieve(self.skills, facts, admission=self.cfg.admission), bh

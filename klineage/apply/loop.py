@@ -31,7 +31,7 @@ from pathlib import Path
 from klineage.apply.engine import (Budget, RandomSweep, RetrievedRewrites, Search, SteeredSweep,
                                    StructuralRewrites)
 from klineage.apply.materialize import RulesMaterializer, check_sweep_axes, make_buildable, make_sweep
-from klineage.apply.retrieve import PLATFORM_H200
+from klineage.gate.compile import DEFAULT_ARCH
 from klineage.gate.gate import Gate, kernel_hash
 from klineage.workload import Workload
 
@@ -44,9 +44,10 @@ class ApplyConfig:
     budget_steps: int = 16
     budget_usd: float | None = None
     budget_s: float | None = None
-    admission: bool = True
+    admission: bool | str = True  # True / "on": admitted skills only; "first": admitted first; False / "off"
     noise: float = 0.01
-    platform: str = PLATFORM_H200
+    # the target the run builds for: the gate's arch, and retrieval's platform scope before a result
+    arch: str = DEFAULT_ARCH
     model: str | None = None
     # How the sweep draws its points: None, steered by the retrieved skills (sweep_points); or
     # {"mode": "random", "points": N, "seed": S}: N points drawn at random without the library
@@ -75,6 +76,8 @@ class ApplyConfig:
     structural: dict | None = None
 
     def __post_init__(self):
+        if self.admission not in (True, False, "on", "first", "off"):
+            raise ValueError(f"admission = {self.admission!r}: choose on, first or off (true / false: on / off)")
         check_sweep_axes(self.sweep_axes)
         check_structural(self.structural)
 
@@ -88,6 +91,8 @@ class ApplyConfig:
             del d["sweep_axes"]
         if d["structural"] is None:
             del d["structural"]
+        if d["arch"] == DEFAULT_ARCH:
+            del d["arch"]
         return d
 
 
@@ -117,7 +122,7 @@ def strategies(cfg: ApplyConfig, arch: str, llm=None) -> tuple[list, list]:
     """The search engine's strategies for `cfg` (klineage.apply.engine) on target `arch`: with the rules
     backend, the structural rewrites lead (a round of their own when one applies); then one strategy per
     materializer, in the configuration's order."""
-    rules = RulesMaterializer(structural=cfg.structural is not None)
+    rules = RulesMaterializer(structural=cfg.structural is not None, arch=arch)
     sweep = make_sweep(cfg.sweep, make_buildable(cfg.sweep_axes, arch))
     keep = (cfg.structural or {}).get("keep") == "passing"
     leaders = [StructuralRewrites(rules, keeps_passing=keep)] if "rules" in cfg.materializers else []

@@ -327,8 +327,9 @@ class RulesMaterializer:
     rewriter's (klineage.mechanisms.shapes)."""
     name = "rules"
 
-    def __init__(self, structural: bool = False):
-        self.structural = structural
+    def __init__(self, structural: bool = False, arch: str | None = None):
+        from klineage.gate.compile import DEFAULT_ARCH
+        self.structural, self.arch = structural, arch or DEFAULT_ARCH
 
     def propose(self, skill: dict, kernel: str, wl: Workload, feedback: str | None = None) -> list[Candidate]:
         """The mechanism's forward rewrite (its family's reoptimize, else a shape rewriter's with the
@@ -336,7 +337,7 @@ class RulesMaterializer:
         card = _card(skill)
         requires = [] if card is None else [r[-1] for r in card.requires]
         got = rewrite_for(skill["mechanism"], kernel, requires, None, card=card, workload=wl,
-                          structural=self.structural)
+                          structural=self.structural, arch=self.arch)
         if got is None:
             return []
         src, info = got

@@ -8,7 +8,9 @@ The target is described by facts anyone can check:
   bottleneck    from a gate run of the start kernel: fraction of copy bandwidth and of the bf16
                 tensor peak, and the class (memory / compute / latency), or "unknown" without one
 
-A skill is a candidate when it is admitted (unless admission is off, for ablation), its measured
+A skill is a candidate when it is admitted (with admission "on"; "first" ranks the admitted ones
+first, then the untried, then those admission tried that did not hold; "off" ignores admission, for
+ablation), its measured
 scope holds the target's platform exactly, its `requires` mechanisms are present, the mechanisms it
 `provides` are absent, none of its `conflicts` is present, and its preconditions hold for the
 workload. Preconditions are checked one by one, each with a verdict (holds / fails / unchecked) and
@@ -39,22 +41,14 @@ from dataclasses import dataclass, field
 from klineage import settings
 from klineage.lineage.probe import KIND_TEXT
 from klineage.errors import StoreError
-from klineage.mechanisms import detect_all
+from klineage.gate.compare import platform_of
+from klineage.gate.compile import DEFAULT_ARCH
+from klineage.mechanisms import detect_all, family_specs
 from klineage.records import SkillCard, as_card
 from klineage.records.skill_card import Precondition
 from klineage.workload import ALIAS_KEY, OFFSET_KEY, Workload, load_workload
 
-PLATFORM_H200 = "NVIDIA H200 (sm_90)"
 WEIGHTS = {"effect": 1.0, "family": 0.5, "shape": 0.3, "bottleneck": 0.5, "operator": 6.0}
-# what each mechanism works on: memory traffic, instruction/latency overhead, or arithmetic
-ADDRESSES = {
-    "memory": {"vector_access", "cache_hint", "coarsening", "unroll", "restrict", "smem_staging", "smem_padding",
-               "tiled_transpose", "warp_per_row", "block_per_row", "register_cache", "launch_bounds",
-               "thread_block_cluster", "reduce_then_scan", "warp_reduction", "online_softmax"},
-    "compute": {"fast_math", "fast_exp2", "unroll", "launch_bounds", "register_cache"},
-    "latency": {"launch_bounds", "thread_block_cluster", "warp_reduction", "warp_scan", "block_scan",
-                "warp_per_row", "coarsening", "unroll", "radix_select", "bitonic_sort", "warp_bitonic"},
-}
 DTYPE_WORDS = {"bf16": "bfloat16", "bfloat16": "bfloat16", "__nv_bfloat16": "bfloat16", "fp16": "float16",
                "half": "float16", "float16": "float16", "fp32": "float32", "float32": "float32"}
 
@@ -103,15 +97,36 @@ def bottleneck_of(result) -> dict:
     return {"class": cls, "memory_fraction": mem, "compute_fraction": comp, "source": result.eval_key}
 
 
-def target_facts(wl: Workload, source: str, platform: str = PLATFORM_H200, start_result=None) -> TargetFacts:
-    """The facts of a target kernel; its mechanisms are what the detectors see and what the shape
-    rewriters read (a warp per row, a register cache: structural mechanisms no detector sees)."""
+def target_platform(arch: str, result=None) -> str:
+    """The platform a target runs on, as a card's scope names platforms: the GPU and compute capability
+    a gate result of the target ran on ("NVIDIA H200 (sm_90)"), else the architecture the run builds
+    for, without its arch-specific suffix ("sm_80" for --arch sm_80, "sm_90" for sm_90a)."""
+    env = getattr(result, "env", None) or {}
+    return platform_of(env) if env.get("gpu") and env.get("capability") else "sm_" + _capability(arch)
+
+
+def _capability(platform: str) -> str:
+    """The compute capability digits a platform or architecture names ("90" for sm_90a), or ""."""
+    m = re.search(r"sm_(\d+)", platform)
+    return m.group(1) if m else ""
+
+
+def holds_platform(measured: list[str], platform: str) -> bool:
+    """Whether a verified scope's platforms hold the target's: one of the same compute capability."""
+    cc = _capability(platform)
+    return bool(cc) and any(_capability(m) == cc for m in measured)
+
+
+def target_facts(wl: Workload, source: str, arch: str = DEFAULT_ARCH, start_result=None) -> TargetFacts:
+    """The facts of a target kernel built for `arch`; its mechanisms are what the detectors see and
+    what the shape rewriters read (a warp per row, a register cache: structural mechanisms no detector
+    sees)."""
     from klineage.mechanisms.shapes import operator_class, reachable_mechanisms, retyped_mechanisms, shape_mechanisms
     feats = detect_all(source)
     shapes = [s for _, s in wl.all_shapes()]
     bench = max(wl.benchmark_cases, key=lambda s: math.prod(_dims(s)))
     return TargetFacts(
-        workload=wl.name, family=getattr(wl.module, "FAMILY", ""), dtypes=tuple(wl.dtypes), platform=platform,
+        workload=wl.name, family=getattr(wl.module, "FAMILY", ""), dtypes=tuple(wl.dtypes), platform=target_platform(arch, start_result),
         mechanisms={f.mechanism for f in feats} | shape_mechanisms(source, wl),
         features=sorted([f.mechanism, f.anchor] for f in feats),
         elements=math.prod(_dims(bench)),
@@ -257,6 +272,13 @@ def operator_fit(card: SkillCard, mechanism: str, t: TargetFacts) -> float:
     return 1.0 if any(workload_operator(c.workload) == t.operator for c in card.effects.per_case) else 0.0
 
 
+def addresses(mechanism: str) -> frozenset[str]:
+    """The bottleneck classes a mechanism works on (memory traffic, arithmetic, instruction and
+    latency overhead): its family's (Family.addresses); none for a name no family declares."""
+    fam = family_specs().get(mechanism)
+    return fam.addresses if fam is not None else frozenset()
+
+
 def rank_terms(card: SkillCard, mechanism: str, t: TargetFacts) -> dict:
     med = card.effects.median_speedup or 1.0
     cases = card.effects.per_case
@@ -266,7 +288,7 @@ def rank_terms(card: SkillCard, mechanism: str, t: TargetFacts) -> dict:
         n = math.prod(v for k, v in c.shape.items() if k not in (OFFSET_KEY, ALIAS_KEY)) or 1
         shape = max(shape, 1.0 - min(1.0, abs(math.log10(n / max(t.elements, 1))) / 3.0))
     cls = t.bottleneck.get("class", "unknown")
-    fit = 0.5 if cls == "unknown" else (1.0 if mechanism in ADDRESSES.get(cls, set()) else 0.0)
+    fit = 0.5 if cls == "unknown" else (1.0 if cls in addresses(mechanism) else 0.0)
     terms = {"effect": max(-1.0, min(3.0, math.log2(med))) if med > 0 else -1.0, "family": family,
              "shape": round(shape, 4), "bottleneck": fit, "operator": operator_fit(card, mechanism, t)}
     terms["score"] = round(sum(WEIGHTS[k] * v for k, v in terms.items()), 4)
@@ -285,19 +307,33 @@ def card_of(row: dict) -> SkillCard:
                          "one this version mined") from exc
 
 
-def retrieve(skills: list[dict], t: TargetFacts, admission: bool = True, tried: set[str] | None = None) -> dict:
-    """{"candidates": [ranked entries], "excluded": [{skill_id, name, reasons, checks}]} for `skills`
-    (store.skills() rows: skill_id, name, mechanism, card), each card read as a SkillCard."""
+# admission "first": admitted skills, then those admission could not try (no rewrite yet, no other
+# workload to try it on), then those it tried that did not hold (a slowdown, not reproduced, failed)
+ADMISSION_TIER = {"admitted": 0, "pending": 1, "no_target": 1, "not_run": 1,
+                  "not_reproduced": 2, "slower": 2, "failed": 2}
+
+
+def retrieve(skills: list[dict], t: TargetFacts, admission: bool | str = True, tried: set[str] | None = None) -> dict:
+    """{"candidates": [ranked entries], "excluded": [{skill_id, name, reasons, checks}], "admission":
+    {mode, excluded, ranked_after}} for `skills` (store.skills() rows: skill_id, name, mechanism,
+    card), each card read as a SkillCard. `admission`: True or "on" (only admitted skills), "first"
+    (admitted skills ranked before the others), False or "off" (admission ignored)."""
+    mode = {True: "on", False: "off"}.get(admission, admission) if isinstance(admission, bool) else str(admission)
+    if mode not in ("on", "first", "off"):
+        raise ValueError(f"admission {admission!r}: choose on, first or off")
     cands, excluded = [], []
     for s in skills:
         card, mech = card_of(s), s["mechanism"]
         reasons = []
         adm = card.admission.status
-        if admission and adm != "admitted":
+        if mode == "on" and adm != "admitted":
             reasons.append(f"not admitted ({adm}: {card.admission.reason})".rstrip(": )") + ")")
         measured = card.scope.measured_platforms or card.scope.platforms
-        if t.platform not in measured:
+        if not holds_platform(measured, t.platform):
             reasons.append(f"verified scope {measured} does not hold the target platform {t.platform}")
+        fam = family_specs().get(mech)
+        if fam is not None and fam.scope and not any(_capability(a) == _capability(t.platform) for a in fam.scope):
+            reasons.append(f"{mech} needs one of {', '.join(fam.scope)}: the target platform {t.platform} lacks it")
         missing = [m for m in _names(card.requires) if m not in t.mechanisms]
         if missing:
             reasons.append(f"requires {', '.join(missing)}, absent from the start kernel")
@@ -314,10 +350,13 @@ def retrieve(skills: list[dict], t: TargetFacts, admission: bool = True, tried: 
                     reasons.append(f"precondition ({c['category']}) fails: {c['condition']} — {c['reason']}")
         if tried and s["skill_id"] in tried:
             reasons.append("already tried on this kernel")
-        entry = {"skill_id": s["skill_id"], "name": s["name"], "mechanism": mech}
+        entry = {"skill_id": s["skill_id"], "name": s["name"], "mechanism": mech, "admission": adm}
         if reasons:
             excluded.append({**entry, "reasons": reasons, "checks": checks})
         else:
             cands.append({**entry, "terms": rank_terms(card, mech, t), "checks": checks})
-    cands.sort(key=lambda c: (-c["terms"]["score"], c["name"]))
-    return {"target": t.to_dict(), "candidates": cands, "excluded": excluded}
+    first = mode == "first"
+    cands.sort(key=lambda c: (ADMISSION_TIER.get(c["admission"], 1) if first else 0, -c["terms"]["score"], c["name"]))
+    counts = {"mode": mode, "excluded": sum(any(r.startswith("not admitted") for r in e["reasons"]) for e in excluded),
+              "ranked_after": sum(c["admission"] != "admitted" for c in cands) if first else 0}
+    return {"target": t.to_dict(), "candidates": cands, "excluded": excluded, "admission": counts}

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import click
 
-from klineage.cli.common import (arch_option, bad_input, clip, counts_text, db_option, echo_preview, json_option,
-                                 library_errors, main, reads_library, make_llm, open_db)
+from klineage.cli.common import (DbTarget, arch_option, bad_input, clip, counts_text, db_option, echo_preview,
+                                 json_option, library_errors, main, reads_library, make_llm, open_db)
 from klineage.errors import ExitCode, read_source
 from klineage.report.text import table
 
 
 @main.group("apply", invoke_without_command=True)
-@click.option("--workload", "workload_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+@click.option("-w", "--workload", "workload_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Workload folder of the new kernel (its workload.py).")
-@click.option("--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("-s", "--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="The starting kernel (.cu) to make faster.")
 @db_option(mode="extend")
 @click.option("--materializer", "materializers", multiple=True, type=click.Choice(["rules", "sweep", "llm"]),
@@ -25,8 +25,9 @@ from klineage.report.text import table
 @click.option("--budget-steps", type=int, default=16, show_default=True, help="Gate evaluations of candidates at most.")
 @click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most (llm).")
 @click.option("--budget-s", type=float, default=None, help="Wall-clock seconds at most.")
-@click.option("--admission", type=click.Choice(["on", "off"]), default="on", show_default=True,
-              help="Use only admitted skills (off: every skill, for ablation).")
+@click.option("--admission", type=click.Choice(["first", "on", "off"]), default="first", show_default=True,
+              help="first: every skill that fits, the admitted ones (their roundtrip trials passed) ranked before "
+                   "the rest; on: admitted skills only; off: admission ignored (docs/apply.md).")
 @click.option("--sweep-axes", type=click.Choice(["source", "buildable"]), default="source", show_default=True,
               help="How the sweep counts its grid when it picks its axes: every configuration, or only those "
                    "nvcc's front end accepts (the kernel's static checks; needs nvcc), which the sweep then "
@@ -37,14 +38,14 @@ from klineage.report.text import table
                    "point; off: only what a mechanism family's reoptimize writes.")
 @click.option("--model", default=None, help="Model id for --materializer llm (default claude-sonnet-4-5).")
 @click.option("--base-url", default=None, help="An OpenAI-compatible server for --materializer llm (e.g. a local one).")
-@click.option("--dry-run", is_flag=True,
+@click.option("-n", "--dry-run", is_flag=True,
               help="Build and gate nothing, touch no GPU: print the retrieved skills and each backend's first "
                    "candidate (with llm: the exact prompt for the top skill and its cost estimate; sends nothing).")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @arch_option
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write best.cu and trajectory.json here.")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 @click.pass_context
 @library_errors
@@ -67,21 +68,24 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
     from klineage.gate.gate import GateConfig
     from klineage.workload import load_workload
 
-    wl = load_workload(workload_dir)
-    start = read_source(start_path)
-    mats = tuple(materializers) or ("rules", "sweep")
-    cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
-                      admission=admission == "on", model=model, sweep_axes=sweep_axes,
-                      structural={"mode": "library"} if structural == "library" else None)
-    llm = make_llm(mats, model, base_url, budget_usd, dry_run)
-    gate_config = None if arch is None else GateConfig(arch=arch)
-    if dry_run:
-        with open_db(db_path) as store:
-            plan = apply_plan(store.skills(), wl, start, cfg, llm, arch or DEFAULT_ARCH)
-        click.echo(json.dumps(plan, indent=1, default=str) if as_json else format_apply_plan(plan))
-        return
-    store = open_db(db_path)
+    if dry_run:  # reads the library only
+        db_path = DbTarget(db_path.path, "read")
+    store = open_db(db_path)  # first: a mistyped --db fails before anything is loaded or built
     try:
+        wl = load_workload(workload_dir)
+        start = read_source(start_path)
+        mats = tuple(materializers) or ("rules", "sweep")
+        cfg = ApplyConfig(materializers=mats, budget_steps=budget_steps, budget_usd=budget_usd, budget_s=budget_s,
+                          admission=admission, model=model, sweep_axes=sweep_axes,
+                          structural={"mode": "library"} if structural == "library" else None,
+                          arch=arch or DEFAULT_ARCH)
+        llm = make_llm(mats, model, base_url, budget_usd, dry_run)
+        gate_config = None if arch is None else GateConfig(arch=arch)
+        check_start_compiles(start, str(start_path), arch or DEFAULT_ARCH)
+        if dry_run:
+            plan = apply_plan(store.skills(), wl, start, cfg, llm, arch or DEFAULT_ARCH)
+            click.echo(json.dumps(plan, indent=1, default=str) if as_json else format_apply_plan(plan))
+            return
         run = execute_apply(store, wl, start, str(start_path), cfg, llm, replay, gate_config, quiet=quiet or as_json)
     finally:
         store.close()
@@ -92,6 +96,36 @@ def apply_cmd(ctx, workload_dir, start_path, db_path, materializers, budget_step
     else:
         click.echo(format_apply_run(run))
     sys.exit(_apply_exit(run))
+
+
+def check_start_compiles(start: str, path: str, arch: str) -> None:
+    """Exit 1 with nvcc's messages, naming PATH, when the start kernel does not compile for `arch`
+    (its PTX, built on the CPU and cached: the same compile `klineage features` runs); nothing is
+    stored. Without nvcc the gate says so later."""
+    from klineage.gate.compile import compile_ptx, compiler_messages, named
+    built = compile_ptx(start, arch)
+    if built.ok or built.error_kind == "no_nvcc":
+        return
+    said = "\n".join(f"  {named(m, path)}" for m in compiler_messages(built.log)) or f"  {named(built.error_message, path)}"
+    err = click.ClickException(f"the start kernel {path} does not compile for {arch} "
+                               f"({built.error_kind}); nvcc says:\n{said}\nfix it, then run again")
+    err.exit_code = int(ExitCode.FAILED)
+    raise err
+
+
+def start_error(store, run: dict, path: str) -> list[str]:
+    """Why the start kernel failed the gate, in the lines a person reads: the verdict with its reason,
+    and for a build that failed nvcc's messages, naming PATH."""
+    from klineage.gate.compile import compiler_messages, named
+    st = next((s for s in run.get("steps", []) if s["kind"] == "start"), None)
+    if st is None:
+        return []
+    lines = [named(st.get("error") or st["status"], path)]
+    rec = store.get_evaluation(st["eval_key"]) if st.get("eval_key") else None
+    log = (((rec or {}).get("result") or {}).get("compile") or {}).get("log", "")
+    if st["status"] == "COMPILE_ERROR" and log:
+        lines += [f"  {named(m, path)}" for m in compiler_messages(log)]
+    return lines
 
 
 def _apply_exit(run: dict) -> int:
@@ -120,7 +154,7 @@ def apply_plan(skills: list[dict], wl, start: str, cfg, llm, arch: str) -> dict:
     from klineage.apply.retrieve import retrieve, target_facts
     if not skills:
         raise bad_input("the library is empty: pass --db with a copy of skills_db/skills.duckdb, or mine first")
-    facts = target_facts(wl, start, cfg.platform, None)
+    facts = target_facts(wl, start, cfg.arch, None)
     got = retrieve(skills, facts, admission=cfg.admission)
     by_id = {s["skill_id"]: s for s in skills}
     plan = {"dry_run": True, "workload": wl.name, "materializers": list(cfg.materializers),
@@ -128,7 +162,10 @@ def apply_plan(skills: list[dict], wl, start: str, cfg, llm, arch: str) -> dict:
             "structural": cfg.structural is not None,
             "retrieved": [{"name": c["name"], "skill_id": c["skill_id"], "score": c["terms"]["score"]}
                           for c in got["candidates"]],
-            "excluded": [{"name": e["name"], "reasons": e["reasons"]} for e in got["excluded"]], "first": {}}
+            "excluded": [{"name": e["name"], "reasons": e["reasons"]} for e in got["excluded"]],
+            "admission": got["admission"], "first": {}}
+    for c, row in zip(got["candidates"], plan["retrieved"]):
+        row["admission"] = c["admission"]
     memo: dict = {}
 
     def brief(p: dict) -> dict:
@@ -168,32 +205,40 @@ def _axes_text(space: dict) -> str:
 
 
 def format_apply_plan(plan: dict) -> str:
+    from klineage.report.text import shorten, wrapped
     lines = [f"dry run on {plan['workload']} ({plan['arch']}): nothing is gated and no GPU touched; the start kernel's "
              f"bottleneck is unknown until it is measured"]
-    lines.append(table(["rank", "retrieved skill", "score"],
-                       [[i + 1, c["name"], f"{c['score']:.2f}"] for i, c in enumerate(plan["retrieved"])],
+    lines.append(table(["rank", "retrieved skill", "score", "admission"],
+                       [[i + 1, c["name"], f"{c['score']:.2f}", c.get("admission", "-")]
+                        for i, c in enumerate(plan["retrieved"])],
                        right=("rank", "score")) if plan["retrieved"] else "no skill retrieved")
-    lines.append(f"excluded: {len(plan['excluded'])} skills (`--json` lists each with its reasons)")
+    adm = plan.get("admission") or {}
+    lines.append(f"excluded: {len(plan['excluded'])} skills, {adm.get('excluded', 0)} of them by admission "
+                 "(`--json` lists each with its reasons)")
+    if adm.get("mode") == "first":
+        lines.append(f"admission first: the admitted skills are ranked first; {adm.get('ranked_after', 0)} not admitted "
+                     "follow them (--admission on would exclude them)")
     fc = plan["first_candidate"]
     what = f"{fc['backend']} {fc['skill'] or ''} {' '.join(fc['flags'] or [])}".strip() if fc["backend"] else \
         f"none (the run stops: {fc.get('stop')})"
-    lines.append(f"gated first: {what}" + (f" ({fc['note']})" if fc.get("note") else ""))
+    lines.append(shorten(f"gated first: {what}" + (f" ({fc['note']})" if fc.get("note") else ""), 160))
     for p in fc["passed_over"]:
-        lines.append(f"  passed over: {p['skill']} ({p['note']})")
+        lines.append("  " + shorten(f"passed over: {p['skill']} ({p['note']})", 156))
     for cls, other in plan["first_candidate_by_bottleneck"].items():
         if (other["backend"], other["skill"], other["flags"]) != (fc["backend"], fc["skill"], fc["flags"]):
             lines.append(f"  if the start measures {cls}-bound: {other['backend']} {other['skill'] or ''} "
                          f"{' '.join(other['flags'] or [])}".rstrip())
     axes = plan["sweep_axes"]
-    lines.append(f"sweep axes of the start: {_axes_text(axes['start'])}")
+    lines += wrapped(f"sweep axes of the start: {_axes_text(axes['start'])}")
     if "after_first" in axes:
-        lines.append(f"sweep axes after {fc['skill']}: {_axes_text(axes['after_first'])}")
+        lines += wrapped(f"sweep axes after {fc['skill']}: {_axes_text(axes['after_first'])}")
     for backend, first in plan["first"].items():
         if backend == "sweep":
             pts = "; ".join(",".join(f"{k}={v}" for k, v in p.items()) for p in first["points"]) or "none"
-            lines.append(f"sweep, first round: {pts}")
-        else:
-            lines.append(f"{backend}, first candidate: {first['skill'] or '-'}" + (f" ({first['note']})" if first.get("note") else ""))
+            lines.append(shorten(f"sweep, first round: {pts}", 160))
+            continue
+        lines.append(shorten(f"{backend}, first candidate: {first['skill'] or '-'}"
+                             + (f" ({first['note']})" if first.get("note") else ""), 160))
     if "prompt" in plan:
         lines.append(f"llm prompt for {plan['first']['llm']['skill']}:\n{plan['prompt']}\n\n-- estimate: "
                      f"{json.dumps(plan['estimate'])}")
@@ -201,22 +246,30 @@ def format_apply_plan(plan: dict) -> str:
 
 
 class _ApplyProgress:
-    """Apply progress: candidate steps gated of the budget, steps kept, gate verdicts by status."""
+    """Apply progress: candidate steps gated of the budget, steps kept, gate verdicts by status. A step
+    is kept after it is recorded (its re-measurement decides), so the count reads the steps seen so
+    far each time, and once more at the end."""
 
     def __init__(self, quiet: bool, label: str, total: int | None):
         from klineage.progress import Progress
         self.p = Progress(quiet)
         self.counts: dict[str, int] = {}
-        self.kept = 0
+        self.steps: list[dict] = []
         self.p.task("apply", label, total=total)
+
+    @property
+    def kept(self) -> int:
+        return sum(bool(s["accepted"] and s["kind"] == "candidate") for s in self.steps)
 
     def __call__(self, step: dict) -> None:
         self.counts[step["status"]] = self.counts.get(step["status"], 0) + 1
-        self.kept += bool(step["accepted"] and step["kind"] == "candidate")
+        self.steps.append(step)
         self.p.update("apply", advance=1 if step["kind"] == "candidate" else 0, say=step["kind"] != "candidate",
                       note=f"kept {self.kept} · {counts_text(self.counts)}")
 
     def done(self):
+        if self.steps:
+            self.p.update("apply", note=f"kept {self.kept} · {counts_text(self.counts)}")
         self.p.close()
 
 
@@ -233,7 +286,10 @@ def execute_apply(store, wl, start: str, origin: str, cfg, llm, replay: bool, ga
     gate = Gate(store, gate_config)
     progress = _ApplyProgress(quiet, f"apply {wl.name}", cfg.budget_steps)
     try:
-        return apply(store, gate, wl, start, origin, cfg, llm=llm, replay=replay, progress=progress)
+        run = apply(store, gate, wl, start, origin, cfg, llm=llm, replay=replay, progress=progress)
+        if run["stop_reason"] == "start_failed":
+            run["start_error"] = start_error(store, run, origin)
+        return run
     finally:
         progress.done()
         gate.close()
@@ -273,20 +329,33 @@ def apply_show(run_id, db_path, as_json):
 
 
 def format_apply_run(run: dict) -> str:
+    """An apply (or baseline) run as text: the stop and what was kept, why the start failed when it
+    did, the speedups, then one row per step in fixed columns (long values shortened at a word)."""
+    from klineage.report.text import shorten
     summ = run.get("summary") or {}
-    lines = [f"apply run {run['run_id']} on {run['workload']}: stop {run.get('stop_reason')}; "
-             f"kept {summ.get('kept', [])}"]
+    kept = summ.get("kept", [])
+    lines = [f"apply run {run['run_id']} on {run['workload']}: stop {run.get('stop_reason')}; kept {len(kept)}"
+             + (f": {shorten(', '.join(kept), 110)}" if kept else "")]
+    if run.get("start_error"):
+        lines.append("  the start kernel failed the gate: " + shorten(run["start_error"][0], 120))
+        lines += [f"  {l}" for l in run["start_error"][1:]]
     for c in summ.get("speedup_vs_start", []):
         shape = ",".join(f"{k}={v}" for k, v in sorted(c["shape"].items()))
         lines.append(f"  {shape}: {c['start_us']:.1f} us -> {c['best_us']:.1f} us ({c['speedup']:.2f}x)")
+    rows = []
     for st in run.get("steps", []):
-        what = st.get("skill") or (f"sweep {st.get('config')}" if st["backend"] == "sweep" else st["backend"])
+        point = ",".join(f"{k}={v}" for k, v in (st.get("config") or {}).items())
+        what = st.get("skill") or (f"sweep {point}" if st["backend"] == "sweep" else st["backend"])
         mark = "kept" if st["accepted"] and st["kind"] == "candidate" else ""
-        lines.append(f"  [{st['seq']:2d}] {st['backend']:6s} {what:44s} {st['status']:18s} {mark} {st.get('note', '')[:80]}")
-    for e in summ.get("excluded", [])[:12]:
-        lines.append(f"  excluded {e['name']}: {'; '.join(e['reasons'])[:160]}")
+        rows.append([st["seq"], st["backend"], shorten(what, 44), st["status"], mark, shorten(st.get("note") or "", 64)])
+    if rows:
+        lines.append(table(["step", "backend", "skill or sweep point", "verdict", "kept", "note"], rows,
+                           right=("step",)))
+    excluded = summ.get("excluded", [])
+    if excluded:
+        lines.append(f"excluded: {len(excluded)} skills" + (", the first 12:" if len(excluded) > 12 else ":"))
+        lines += [f"  {shorten(e['name'] + ': ' + '; '.join(e['reasons']), 150)}" for e in excluded[:12]]
     return "\n".join(lines)
-
 
 
 @main.group("baseline")
@@ -297,9 +366,9 @@ def baseline_group():
 @baseline_group.command("run")
 @click.option("--method", type=click.Choice(["none", "adaexplore", "accelopt", "expert-source"]), required=True,
               help="The baseline to run.")
-@click.option("--workload", "workload_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
+@click.option("-w", "--workload", "workload_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
               help="Workload folder (its workload.py).")
-@click.option("--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+@click.option("-s", "--start", "start_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
               help="The starting kernel (.cu).")
 @click.option("--budget-usd", type=float, required=True, help="Dollars of model calls at most.")
 @click.option("--max-iters", type=int, default=20, show_default=True, help="Model calls at most.")
@@ -307,9 +376,9 @@ def baseline_group():
 @click.option("--model", default=None, help="Model id (default claude-sonnet-4-5).")
 @click.option("--base-url", default=None, help="An OpenAI-compatible server instead of the Anthropic API.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of adaexplore's tree search.")
-@click.option("--dry-run", is_flag=True, help="Print the first prompt and its cost estimate; send nothing.")
+@click.option("-n", "--dry-run", is_flag=True, help="Print the first prompt and its cost estimate; send nothing.")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Take the timing settings from a run configuration's [gate] table (e.g. pipelines/mine.toml).")
 @arch_option
 @db_option(mode="create")

@@ -54,17 +54,23 @@ def db_option(fn=None, *, mode: str = "read"):
     """The shared --db option; `@db_option` for commands that read, `@db_option(mode=...)` for those
     that write ("create" or "extend"). The command receives a DbTarget for open_db."""
     def deco(f):
-        return click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+        return click.option("-d", "--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                             callback=lambda _ctx, _param, value: DbTarget(value, mode), help=_DB_HELP[mode])(f)
     return deco(fn) if fn is not None else deco
 
 
-def arch_option(fn):
-    """The shared --arch option: the build target of every gate evaluation."""
+def arch_option(fn=None, *, default: str | None = None, help: str | None = None):
+    """The shared --arch option: a build target nvcc 13 knows (klineage.gate.compile.ARCHS), the same
+    list for every command; `@arch_option` (default: the configuration's, else sm_90a) or
+    `@arch_option(default=..., help=...)`."""
     from klineage.gate.compile import ARCHS
-    return click.option("--arch", type=click.Choice(ARCHS), default=None,
-                        help="Build target of the GPU in hand (default: the configuration's [gate] arch, else "
-                             "sm_90a, Hopper; kernels using wgmma build for sm_90a only).")(fn)
+    text = help or ("Build target of the GPU in hand (default: the configuration's [gate] arch, else sm_90a, Hopper; "
+                    "kernels using wgmma build for sm_90a only).")
+
+    def deco(f):
+        return click.option("--arch", type=click.Choice(ARCHS), default=default, show_default=default is not None,
+                            help=text)(f)
+    return deco(fn) if fn is not None else deco
 
 
 def clip(text: str, n: int) -> str:
@@ -110,14 +116,34 @@ def reads_library(fn):
 
 class _Main(click.Group):
     """The root group: an unexpected exception is one line (and exit 1) unless --debug is given;
-    Ctrl-C exits 130."""
+    Ctrl-C exits 130. Under --json an error is a JSON object on stdout ({"error", "exit_code",
+    "kind"}), with the same exit code."""
+
+    def parse_args(self, ctx, args):
+        ctx.meta["klineage.json"] = "--json" in args
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
         try:
+            return self._invoke(ctx)
+        except click.ClickException as exc:
+            if not ctx.meta.get("klineage.json"):
+                raise
+            click.echo(json.dumps({"error": exc.format_message(), "exit_code": exc.exit_code,
+                                   "kind": type(exc.__cause__ or exc).__name__}, indent=1))
+            raise click.exceptions.Exit(exc.exit_code) from None
+
+    def _invoke(self, ctx):
+        try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
-            click.echo("interrupted: what was decided before is stored; run the command again to continue",
-                       err=True)
+            from klineage.store.writer import written
+            dbs = written()
+            text = (f"interrupted: what was decided before is stored in {', '.join(map(str, dbs))}; run the command "
+                    "again to continue" if dbs else "interrupted: nothing was written")
+            if ctx.meta.get("klineage.json"):
+                click.echo(json.dumps({"error": text, "exit_code": int(ExitCode.INTERRUPTED), "kind": "Interrupted"}))
+            click.echo(text, err=True)
             raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
@@ -143,7 +169,9 @@ def open_db(db: DbTarget):
                          f"(cp {path} lib.duckdb) and pass --db lib.duckdb")
     try:
         return open_store(path, read_only=db.mode == "read", create=db.mode in ("create", "rebuild"))
-    except MissingDatabaseError:
+    except MissingDatabaseError as exc:
+        if exc.held_by is not None:
+            raise
         where = "" if db.path else " (the default: $KLINEAGE_DB or ./klineage.duckdb)"
         fix = ("; klineage mine, run, gate and evals import create one" if db.mode == "read"
                else " (a copy of it: this command writes to it)")

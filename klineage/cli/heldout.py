@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from klineage.cli.common import counts_text, db_option, json_option, library_errors, main, open_db
+from klineage.cli.common import DbTarget, counts_text, db_option, json_option, library_errors, main, open_db
 from klineage.errors import ExitCode
 
 
@@ -93,13 +93,13 @@ def execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=N
 @main.command("heldout")
 @click.argument("root", required=False, type=click.Path(file_okay=False, path_type=Path))
 @db_option(mode="create")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="A held-out pipeline (pipelines/heldout.toml): its [heldout] and [gate] tables; options given "
                    "here override it.")
 @click.option("--conditions", default=None,
               help="Comma-separated conditions (default all): idiom, skills, control-random, control-foreign, "
                    "control-structural (with --structural on), llm.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write heldout.json, heldout.txt and kernels/INSTANCE/CONDITION.cu here (default: the config's out).")
 @click.option("--budget", type=int, default=None, help="Candidate kernels gated per instance and condition at most (default 12).")
 @click.option("--seed", type=int, default=None, help="Seed of the random control (default 0).")
@@ -128,10 +128,10 @@ def execute_heldout(store, hp, replay: bool, quiet: bool, families=None, names=N
                    "default: the config's records).")
 @click.option("--model", default=None, help="Model id for the llm condition (default claude-sonnet-4-5).")
 @click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most per instance (llm).")
-@click.option("--dry-run", is_flag=True,
+@click.option("-n", "--dry-run", is_flag=True,
               help="Print the plan (instances, starts, tunables, references, foreign libraries, the first sweep "
                    "round of each searching condition); evaluate nothing.")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 @library_errors
 def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, final_rounds, sweep_rounds, sweep_axes,
@@ -168,7 +168,7 @@ def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, f
     hp.root = root or hp.root
     hp.out = out_dir or hp.out
     hp.records = list(records) or hp.records
-    store = open_db(db_path)
+    store = open_db(DbTarget(db_path.path, "read") if dry_run else db_path)  # a dry run only reads
     try:
         if dry_run:
             from klineage.heldout import load_instances
@@ -196,19 +196,30 @@ def heldout_cmd(root, db_path, config_path, conditions, out_dir, budget, seed, f
 
 
 def _format_plan(p: dict) -> str:
-    lines = [f"conditions {', '.join(p['conditions'])}; budget {p['config']['budget']}; final rounds "
-             f"{p['config']['final_rounds']}; library {p['library']['skills']} skills; llm: {p['llm']}"]
+    """The held-out dry run as text: lines of at most 160 characters, values as `name=value`."""
+    from klineage.report.text import wrapped
+    cfg = p["config"]
+    lines = wrapped(f"conditions {', '.join(p['conditions'])}; budget {cfg['budget']}; final rounds {cfg['final_rounds']}; "
+                    f"library {p['library']['skills']} skills")
+    if p.get("llm"):
+        lines += wrapped(f"llm: {p['llm']}")
     for fam, names in p["library"]["foreign"].items():
-        lines.append(f"  foreign library for {fam}: {len(names)} skills {', '.join(names)[:200]}")
+        lines += wrapped(f"foreign library for {fam}: {len(names)} skills: {', '.join(names)}", "  ")
     for i in p["instances"]:
-        lines.append(f"  {i['family']:<10} {i['instance']:<24} starts {i['starts']} tunables {i['tunables']} "
-                     f"reference {i['reference']}" + (f" (fallback: {i['fallback']})" if i["fallback"] else ""))
+        starts = ", ".join(f"{k} {v}" for k, v in i["starts"].items()) if isinstance(i["starts"], dict) else i["starts"]
+        lines.append(f"  {i['family']:<10} {i['instance']:<24} starts {starts}")
+        if i.get("tunables"):
+            lines += wrapped("tunables " + ", ".join(f"{k}={v}" for k, v in i["tunables"].items()), "      ")
+        lines += wrapped(f"reference {i['reference']}", "      ")
+        if i["fallback"]:
+            lines += wrapped(f"fallback {i['fallback']}", "      ")
         if i.get("sweep_space"):
-            lines.append(f"      sweep axes ({p['config'].get('sweep_axes', 'source')}): " + "; ".join(
-                f"{k} {'/'.join(str(v) for v in vals)}" for k, vals in i["sweep_space"].items()))
+            lines += wrapped(f"sweep axes ({cfg.get('sweep_axes', 'source')}): " + "; ".join(
+                f"{k} {'/'.join(str(v) for v in vals)}" for k, vals in i["sweep_space"].items()), "      ")
         for cond, names in i.get("structural_path", {}).items():
-            lines.append(f"      structural rewrites, {cond} (each on the last, if kept): {', '.join(names) or 'none'}")
+            lines += wrapped(f"structural rewrites, {cond} (each on the last, if kept): {', '.join(names) or 'none'}",
+                             "      ")
         for cond, pts in i.get("first_sweep_round", {}).items():
-            lines.append(f"      first sweep round, {cond} ({', '.join(pts[0]) if pts else 'no points'}): " + "; ".join(
-                ",".join(str(v) for v in p.values()) for p in pts))
+            lines += wrapped(f"first sweep round, {cond} ({', '.join(pts[0]) if pts else 'no points'}): " + "; ".join(
+                ",".join(str(v) for v in pt.values()) for pt in pts), "      ")
     return "\n".join(lines)

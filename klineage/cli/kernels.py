@@ -25,33 +25,40 @@ def toolchain(as_json):
 
 @main.command("features")
 @click.argument("kernel", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--arch", default="sm_90a", show_default=True, help="Target the PTX is compiled for.")
+@arch_option(default="sm_90a", help="Target the PTX is compiled for.")
 @click.option("--source-only", is_flag=True, help="Source detectors only: do not compile to PTX.")
 @json_option
 @library_errors
 def features_cmd(kernel, arch, source_only, as_json):
     """List every mechanism in KERNEL with its locus and which evidence found it: the source
-    detectors, the compiler (PTX with line info, compiled here on the CPU), or both."""
+    detectors, the compiler (PTX with line info, compiled here on the CPU), or both. Exits 1, with
+    nvcc's messages, when KERNEL does not compile."""
+    from klineage.gate.compile import named
     from klineage.mechanisms.evidence import features_report
     from klineage.report.text import format_features
     rep = features_report(read_source(kernel), arch, compiler=not source_only)
+    c = rep["compiler"]
+    c["error"] = named(c.get("error"), str(kernel))
+    c["messages"] = [named(m, str(kernel)) for m in c.get("messages", [])]
     click.echo(json.dumps({"kernel": str(kernel), **rep}, indent=1) if as_json else format_features(str(kernel), rep))
+    if c.get("error_kind") in ("nvcc_error", "timeout", "memory_limit"):
+        sys.exit(ExitCode.FAILED)  # the kernel does not compile: its features are the source's alone
 
 
 @main.command("gate")
 @click.argument("kernels", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--workload", "workload_dir", type=click.Path(exists=True, path_type=Path), default=None,
+@click.option("-w", "--workload", "workload_dir", type=click.Path(exists=True, path_type=Path), default=None,
               help="Workload folder (default: the nearest folder above the kernel holding workload.py).")
 @db_option(mode="create")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @click.option("--remeasure", is_flag=True, help="Measure again even if an identical evaluation is stored.")
 @click.option("--shapes", type=click.Choice(["all", "benchmark"]), default="all",
               help="Check correctness on benchmark and probe shapes (all) or benchmark shapes only.")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Take the timing settings and arch from a run configuration's [gate] table (the shipped "
                    "experts' records were made with pipelines/mine.toml's).")
 @arch_option
-@click.option("--quiet", is_flag=True, help="No progress on stderr (nor with --json).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr (nor with --json).")
 @json_option
 @library_errors
 def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_path, arch, quiet, as_json):
@@ -72,7 +79,7 @@ def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_p
         cfg = dataclasses.replace(load_config(config_path)[0].gate_config(), shapes=shapes)
     if arch is not None:
         cfg = dataclasses.replace(cfg, arch=arch)
-    store = open_db(db_path)
+    store = _gate_store(db_path)
     if replay:
         from klineage.store.recorded import import_recorded
         import_recorded(store)
@@ -83,28 +90,44 @@ def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_p
     try:
         for i, k in enumerate(kernels):
             gate.on_phase = lambda phase, _k=k: progress.update("gate", note=f"{_k.name}: {phase}", say=True)
+            configs: list = [None]
             try:
                 wl = load_workload(workload_dir or find_workload_for(k))
-                res = gate.evaluate_file(k, wl, replay=replay, remeasure=remeasure)
-            except KLineageError as exc:  # reported with what was done before it; the next kernel goes on
-                if not as_json and getattr(exc, "exit_code", None) == ExitCode.BAD_INPUT:
-                    raise  # bad input is one line that names the fix
-                row = {"kernel": str(k), "status": None, "error": str(exc), "error_kind": type(exc).__name__,
-                       **getattr(exc, "partial", {})}
-                if getattr(exc, "differs", None):
-                    row["differs"] = {f: {"recorded": a, "asked": b} for f, (a, b) in exc.differs.items()}
-                    if "timing" in exc.differs:
-                        row["error"] += _timing_hint(exc.differs["timing"][0])
-                codes.add(ExitCode(int(getattr(exc, "exit_code", ExitCode.FAILED))))
-                text = format_gate_stop(str(k), row)
-            else:
-                row = {"kernel": str(k), **res.to_dict()}
-                codes.add(ExitCode.OK if res.passed else ExitCode.VERDICT)
-                text = format_gate_result(str(k), res)
-            rows.append(row)
+                # a workload with a LAUNCH axis: the kernel at each launch configuration (the default first)
+                configs = wl.launch_configs() or [None]
+            except KLineageError as exc:
+                wl = exc
+            for values in configs:
+                name = str(k) if values is None else f"{k} (launch {', '.join(f'{a}={v}' for a, v in values.items())})"
+                try:
+                    if isinstance(wl, KLineageError):
+                        raise wl
+                    res = gate.evaluate_file(k, wl if values is None else wl.with_launch(values), replay=replay,
+                                             remeasure=remeasure)
+                except KLineageError as exc:  # reported with what was done before it; the next kernel goes on
+                    if not as_json and getattr(exc, "exit_code", None) == ExitCode.BAD_INPUT:
+                        raise  # bad input is one line that names the fix
+                    row = {"kernel": str(k), "status": None, "error": str(exc), "error_kind": type(exc).__name__,
+                           **getattr(exc, "partial", {})}
+                    if getattr(exc, "differs", None):
+                        row["differs"] = {f: {"recorded": a, "asked": b} for f, (a, b) in exc.differs.items()}
+                        if "timing" in exc.differs:
+                            row["error"] += _timing_hint(exc.differs["timing"][0])
+                    codes.add(ExitCode(int(getattr(exc, "exit_code", ExitCode.FAILED))))
+                    text = format_gate_stop(name, row)
+                else:
+                    row = {"kernel": str(k), **res.to_dict()}
+                    if row.get("error_message"):
+                        from klineage.gate.compile import named
+                        row["error_message"] = named(row["error_message"], str(k))
+                    codes.add(ExitCode.OK if res.passed else ExitCode.VERDICT)
+                    text = format_gate_result(name, res)
+                if values is not None:
+                    row["launch"] = values
+                rows.append(row)
+                if not as_json:
+                    click.echo(text)
             progress.update("gate", advance=1, note=f"{k.name}: {row['status'] or 'no verdict'}")
-            if not as_json:
-                click.echo(text)
     finally:
         progress.close()
         gate.close()
@@ -112,6 +135,19 @@ def gate_cmd(kernels, workload_dir, db_path, replay, remeasure, shapes, config_p
         if as_json:  # printed whatever stops the loop
             click.echo(json.dumps(rows, indent=1, default=str))
     sys.exit(_worst(codes))
+
+
+def _gate_store(db_path):
+    """The gate's database; while a run writes it, an in-memory one (the gate still guards, builds,
+    replays and reports, and says that nothing it finds is stored)."""
+    from klineage.store import open_store
+    from klineage.store.writer import WriterBusyError
+    try:
+        return open_db(db_path)
+    except WriterBusyError as exc:
+        click.echo(f"{str(exc).split(': wait for it')[0]}: this gate's results are not stored there (pass another "
+                   "--db to keep them)", err=True)
+        return open_store()
 
 
 def _worst(codes: set) -> int:
@@ -169,10 +205,13 @@ def workload_show(path, as_json):
 
 def _kernel_targets(folder: Path) -> dict:
     """{kernel file: the sentence naming the targets it needs, or None} for the .cu files of a
-    workload folder (klineage.gate.gate.arch_needs)."""
+    workload folder and of its versions/ ladder (`versions/NAME.cu`, in the ladder's natural order;
+    klineage.gate.gate.arch_needs)."""
     from klineage.gate.gate import arch_needs
+    from klineage.lineage.ladder import natural_key
     folder = folder if folder.is_dir() else folder.parent
-    return {p.name: arch_needs(p.read_text(errors="replace")) for p in sorted(folder.glob("*.cu"))}
+    files = sorted(folder.glob("*.cu")) + sorted((folder / "versions").glob("*.cu"), key=lambda p: natural_key(p.name))
+    return {str(p.relative_to(folder)): arch_needs(p.read_text(errors="replace")) for p in files}
 
 
 @workload_group.command("check")
@@ -246,7 +285,7 @@ def evals_import(files, db_path):
 @evals_group.command("export")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @db_option
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @library_errors
 def evals_export(file, db_path, quiet):
     """Export every stored evaluation to a JSON Lines file (gzip-compressed when FILE ends in .gz)."""

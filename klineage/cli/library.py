@@ -6,15 +6,15 @@ from pathlib import Path
 
 import click
 
-from klineage.cli.common import bad_input, db_option, json_option, library_errors, main, reads_library, open_db
+from klineage.cli.common import bad_input, clip, db_option, json_option, library_errors, main, reads_library, open_db
 from klineage.report.text import format_lineage, format_lineages_table, format_skills_table
 
 
 @main.command("report")
 @db_option
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for the static site (index.html, lineage/, skill/, heldout.html).")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 @library_errors
 def report_cmd(db_path, out_dir, quiet, as_json):
@@ -83,13 +83,16 @@ def skills_group():
 
 
 @skills_group.command("list")
+@click.option("--full", is_flag=True, help="With --json: every skill's whole card, not its summary.")
 @reads_library
-def skills_list(db_path, as_json):
-    """List skills with their median measured speedup."""
+def skills_list(full, db_path, as_json):
+    """List skills with their median measured speedup. --json gives one summary per skill (id, name,
+    mechanism, median speedup, steps of evidence, admission, platforms); --json --full the whole cards."""
+    from klineage.report.text import skill_summary
     with open_db(db_path) as store:
         skills = store.skills()
     if as_json:
-        click.echo(json.dumps([s["card"] for s in skills], indent=1))
+        click.echo(json.dumps([s["card"] if full else skill_summary(s) for s in skills], indent=1))
     elif not skills:
         click.echo(f"no skills in {store.path}: mine first (klineage mine --config pipelines/mine.toml --replay)")
     else:
@@ -104,7 +107,8 @@ def skills_show(ident, db_path, as_json):
     mechanism prefix (wgmma) that only one skill has; an ambiguous IDENT lists the candidates."""
     with open_db(db_path) as store:
         s = _find_skill(store, ident)
-    click.echo(json.dumps(s["card"], indent=1) if as_json else s["card_md"])
+    from klineage.report.text import wrap_markdown
+    click.echo(json.dumps(s["card"], indent=1) if as_json else wrap_markdown(s["card_md"]))
 
 
 def _find_skill(store, ident: str) -> dict:
@@ -151,7 +155,7 @@ def skills_stats(db_path, as_json):
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["skill-md", "jsonl", "parquet"]), default="skill-md", show_default=True,
               help="skill-md: a SKILL.md folder per skill; jsonl: one card per line; parquet: one row per skill.")
-@click.option("--out", "out", type=click.Path(path_type=Path), required=True,
+@click.option("-o", "--out", "out", type=click.Path(path_type=Path), required=True,
               help="Output folder (skill-md) or file (jsonl, parquet).")
 @click.option("--force", is_flag=True, help="Replace what is already at --out (skill-md: the skills' folders).")
 @library_errors
@@ -181,3 +185,54 @@ def skills_export(db_path, fmt, out, force):
                 f.write(json.dumps(s["card"], sort_keys=True) + "\n")
         click.echo(f"wrote {len(skills)} skills to {out}")
 
+
+
+@main.command("doctor")
+@db_option
+@click.option("--records", "record_paths", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="Record files or folders (*.jsonl, *.jsonl.gz) to compare the stored evaluations with "
+                   "(repeatable; default: the shipped records, skills_db/evaluations/).")
+@json_option
+@library_errors
+def doctor_cmd(db_path, record_paths, as_json):
+    """Check a database: it opens and its schema is current; every stored block reads (DuckDB's
+    checksums, every column of every table); kernels hash to their keys, skill cards read and name
+    stored transitions, transitions name stored kernels and evaluations; and each stored evaluation a
+    record file also holds equals the record. Reads only. Exits 0 when the database is whole, 1 when
+    something is wrong (each problem is named)."""
+    import sys
+
+    from klineage import settings
+    from klineage.store.doctor import doctor
+    from klineage.store.recorded import recorded_files
+    path = db_path.path or settings.default_db()
+    files = [f for p in (record_paths or [settings.recorded_dir()]) for f in
+             (recorded_files(Path(p)) if Path(p).is_dir() else [Path(p)])]
+    rep = doctor(path, files)
+    click.echo(json.dumps(rep, indent=1) if as_json else _format_doctor(rep))
+    sys.exit(0 if rep["ok"] else 1)
+
+
+def _format_doctor(rep: dict) -> str:
+    lines = [f"{rep['path']}: opens {rep['opens']}" + (f"; schema {rep['schema']}" if rep["schema"] else "")]
+    bad = {t: why for t, why in rep["blocks"].items() if why != "ok"}
+    if rep["blocks"]:
+        lines.append(f"blocks: {len(rep['blocks']) - len(bad)} of {len(rep['blocks'])} tables read whole")
+    for t, why in bad.items():
+        lines.append(f"  {t}: {clip(why, 140)}")
+    for c in rep["content"]:
+        lines.append(f"  {'ok' if c['ok'] else 'FAILED':<7} {c['check']} ({c['checked']} checked"
+                     + (f", {c['failed']} wrong)" if c["failed"] else ")"))
+        lines += [f"          {clip(p, 140)}" for p in c["problems"][:5]]
+    r = rep["records"]
+    if r is not None:
+        lines.append(f"records: {r['compared']} stored evaluations compared with {len(r['files'])} record files, "
+                     f"{r['differing']} differ")
+        lines += [f"  {clip(d, 150)}" for d in r["differ"][:5]]
+    if rep["ok"]:
+        lines.append("whole: every check passed")
+    elif bad or rep["opens"] != "ok":
+        lines.append("damaged: restore it from a copy, or rebuild it (klineage run pipelines/mine.toml --replay --db NEW.duckdb)")
+    else:
+        lines.append("not whole: the checks above name what is wrong")
+    return "\n".join(lines)

@@ -62,16 +62,16 @@ class _MineProgress:
 @db_option(mode="rebuild")
 @click.option("--proposer", type=click.Choice(["rules", "versions", "llm"]), default="rules", show_default=True,
               help="How backward steps are proposed.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A run configuration (pipelines/mine.toml): paths, proposers and limits.")
 @click.option("--max-steps", type=int, default=None, help="Stop a lineage after this many accepted steps.")
 @click.option("--max-rejections", type=int, default=None, help="Stop a lineage after this many rejected candidates.")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations (skills_db/evaluations) instead of a GPU.")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--model", default=None, help="Model id for --proposer llm (default claude-sonnet-4-5).")
 @click.option("--base-url", default=None, help="An OpenAI-compatible server for --proposer llm.")
 @click.option("--budget-usd", type=float, default=None, help="Dollars of model calls at most (--proposer llm).")
-@click.option("--dry-run", is_flag=True,
+@click.option("-n", "--dry-run", is_flag=True,
               help="Walk with compile-only gating (guard and nvcc; a kernel that builds is assumed to pass, nothing "
                    "runs) and print every proposal with the audit's verdict and reason; needs no GPU, stores nothing. "
                    "With --proposer llm the model is asked as in a real walk.")
@@ -162,8 +162,9 @@ def mine_cmd(paths, db_path, proposer, config_path, max_steps, max_rejections, r
 def execute_mine(run, store, replay: bool, quiet: bool, llm=None, executor=None, build_stored: bool = False) -> dict:
     from klineage.gate.gate import Gate
     from klineage.lineage.mine import run_mine
+    from klineage.store.recorded import import_recorded, load_compiler_records
+    load_compiler_records(replay)  # the corpus's compiler evidence: no nvcc for a kernel it records
     if replay:
-        from klineage.store.recorded import import_recorded
         import_recorded(store)
     gate = Gate(store, run.gate_config(), build_stored=build_stored)
     progress = _MineProgress(quiet, len(run.targets))

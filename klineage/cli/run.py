@@ -21,7 +21,7 @@ from klineage.report.text import format_mine_summary
 @db_option(mode="rebuild")
 @click.option("--replay", is_flag=True, help="Use recorded evaluations instead of a GPU.")
 @arch_option
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 @library_errors
 def run_cmd(pipeline, db_path, replay, arch, quiet, as_json):

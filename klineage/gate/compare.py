@@ -29,3 +29,11 @@ def compare_timing(richer: GateResult, simpler: GateResult) -> list[dict]:
                     "richer_bandwidth_fraction": t.get("bandwidth_fraction"),
                     "simpler_bandwidth_fraction": s.get("bandwidth_fraction")})
     return out
+
+
+def platform_of(env: dict) -> str:
+    """The platform a gate result's environment names, as skill scopes and retrieval name platforms:
+    the GPU and its compute capability ("NVIDIA H200 (sm_90)"), or the GPU alone without one."""
+    gpu = env.get("gpu") or "unknown GPU"
+    cap = env.get("capability")
+    return f"{gpu} (sm_{str(cap).replace('.', '')})" if cap else gpu

@@ -35,6 +35,30 @@ DEFAULT_ARCH = "sm_90a"
 # "a" forms where nvcc 13 has them (wgmma and setmaxnreg assemble for sm_90a only)
 ARCHS = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_103", "sm_103a",
          "sm_120", "sm_120a", "sm_121")
+# What the rest of KLineage knows of targets is read off ARCHS: the arch-specific targets, those from
+# one on, the compile scope a mined step is checked over (one target of each generation), and the
+# shared memory each target gives a block.
+ARCH_SPECIFIC = tuple(a for a in ARCHS if a.endswith("a"))
+SCOPE_ARCHS = tuple(a for a in ARCHS if a in ("sm_80", "sm_89", "sm_90a", "sm_100", "sm_120"))
+KIB = 1024
+# Shared memory per block, from the CUDA C++ Programming Guide's per-arch figures (technical
+# specifications per compute capability): a static `__shared__` allocation is limited to 48 KiB;
+# dynamic shared memory above 48 KiB needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize), up to
+# the opt-in maximum below.
+SMEM_STATIC_LIMIT = 48 * KIB
+SMEM_OPTIN_MAX = {"sm_80": 163 * KIB, "sm_86": 99 * KIB, "sm_89": 99 * KIB, "sm_90": 227 * KIB,
+                  "sm_100": 227 * KIB, "sm_120": 99 * KIB}
+# Observed, not in the guide: ptxas (nvcc 13.0) accepts static shared memory up to the opt-in
+# maximum for the arch-specific sm_90a target ("0x38c00 max"; 0xc000 for sm_90 and the others), and
+# an H200 launches a 227 KiB static kernel built for sm_90a without any attribute.
+SMEM_STATIC_LIMIT_BY_TARGET = {"sm_90a": 227 * KIB}
+SMEM_TARGETS = tuple(a for a in ARCHS if a in SMEM_OPTIN_MAX or a in SMEM_STATIC_LIMIT_BY_TARGET)
+
+
+def targets_from(first: str) -> tuple[str, ...]:
+    """The targets from `first` on (sm_90 and newer, ...), in ARCHS order."""
+    return ARCHS[ARCHS.index(first):]
+
 BASE_FLAGS = ("-O3", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-lineinfo")
 COMPILE_TIMEOUT_S = 120.0  # KLINEAGE_NVCC_TIMEOUT_S overrides
 NO_NVCC = "nvcc not found on PATH: install the CUDA toolkit (nvcc 13) or add it to PATH"
@@ -148,10 +172,52 @@ def compile_limits() -> tuple[float, int]:
     return out[0], out[1]
 
 
-def _run_nvcc(cmd: list[str], cwd: Path, timeout_s: float, memory_mb: int) -> tuple[int | None, str]:
+# What this process asked of nvcc, by purpose: tool runs (nvcc or ptxas started) with their wall seconds,
+# and answers that needed no run (the on-disk cache, a shipped record). Read with nvcc_calls().
+PURPOSES = ("build", "ptx", "front_end", "compile_check")
+_CALLS: dict[str, dict[str, float]] = {p: {"runs": 0, "seconds": 0.0, "cached": 0, "recorded": 0} for p in PURPOSES}
+_CALLS_LOCK = threading.Lock()
+
+
+def _count(purpose: str, **add) -> None:
+    with _CALLS_LOCK:
+        c = _CALLS.setdefault(purpose, {"runs": 0, "seconds": 0.0, "cached": 0, "recorded": 0})
+        for k, v in add.items():
+            c[k] += v
+
+
+def nvcc_calls() -> dict[str, dict[str, float]]:
+    """A copy of this process's counts, by purpose (build: the gate's shared objects; ptx: PTX with line
+    info and ptxas's report, the compiler evidence; front_end: the sweep's buildable check;
+    compile_check: the compile scope): {runs, seconds, cached, recorded}. `runs` counts every nvcc or
+    ptxas process started, `seconds` their wall time; `cached` and `recorded` the answers that
+    started none. Subtract two copies (calls_since) to count one stage."""
+    with _CALLS_LOCK:
+        return {p: dict(c) for p, c in _CALLS.items()}
+
+
+def calls_since(before: dict) -> dict[str, dict[str, float]]:
+    """The counts of nvcc_calls() since `before` (an earlier copy), with a "total" entry."""
+    now = nvcc_calls()
+    out = {p: {k: c[k] - before.get(p, {}).get(k, 0) for k in c} for p, c in now.items()}
+    out["total"] = {k: sum(c[k] for c in out.values()) for k in ("runs", "seconds", "cached", "recorded")}
+    return out
+
+
+def _run_nvcc(cmd: list[str], cwd: Path, timeout_s: float, memory_mb: int,
+              purpose: str = "build") -> tuple[int | None, str]:
     """Run nvcc in a new session, its temporary files under `cwd`, each compiler process capped to
     `memory_mb` of address space. Returns (exit code, output); exit code None when it ran past
-    `timeout_s`, in which case the whole session (nvcc and every stage it started) was killed."""
+    `timeout_s`, in which case the whole session (nvcc and every stage it started) was killed. Counted
+    under `purpose` (nvcc_calls)."""
+    t0 = time.perf_counter()
+    try:
+        return _run_session(cmd, cwd, timeout_s, memory_mb)
+    finally:
+        _count(purpose, runs=1, seconds=time.perf_counter() - t0)
+
+
+def _run_session(cmd: list[str], cwd: Path, timeout_s: float, memory_mb: int) -> tuple[int | None, str]:
     env = dict(os.environ, TMPDIR=str(cwd), TMP=str(cwd), TEMP=str(cwd))
     # The cap is set by a shell that then becomes nvcc (exec): no preexec_fn, which is unsafe under
     # compile_many's threads. `ulimit -v` takes KiB; a refusal (a lower hard limit) keeps the lower one.
@@ -177,13 +243,18 @@ def _run_nvcc(cmd: list[str], cwd: Path, timeout_s: float, memory_mb: int) -> tu
 
 
 def run_nvcc(args: list[str], cwd: Path, timeout_s: float | None = None,
-             memory_mb: int | None = None) -> tuple[int | None, str]:
+             memory_mb: int | None = None, purpose: str = "compile_check") -> tuple[int | None, str]:
     """Run `nvcc ARGS` in `cwd` under the same limits as every build here (compile_limits(): the
-    memory cap per compiler process; the whole process group killed past the time limit).
-    (exit code, output); exit code None when it ran past `timeout_s`."""
+    memory cap per compiler process; the whole process group killed past the time limit), counted
+    under `purpose`. (exit code, output); exit code None when it ran past `timeout_s`."""
     default_timeout, default_memory = compile_limits()
     return _run_nvcc(["nvcc", *args], cwd, default_timeout if timeout_s is None else timeout_s,
-                     default_memory if memory_mb is None else memory_mb)
+                     default_memory if memory_mb is None else memory_mb, purpose)
+
+
+def count_cached(purpose: str, recorded: bool = False) -> None:
+    """Count an answer to `purpose` that started no nvcc (a cached verdict, a shipped record)."""
+    _count(purpose, **({"recorded": 1} if recorded else {"cached": 1}))
 
 
 def compile_kernel(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, ...] = (),
@@ -210,6 +281,7 @@ def compile_kernel(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str
             res = _from_meta(meta, out_dir)
             if res.so_path is None or Path(res.so_path).is_file():
                 res.cached = True
+                count_cached("build")
                 return res
         except (ValueError, KeyError, TypeError):
             pass  # a damaged cache entry is rebuilt
@@ -290,6 +362,11 @@ def compile_ptx(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, .
     whole past the time limit, which covers the two steps together). Never raises for a bad kernel:
     a failure comes back with ok=False and the log."""
     flags = list(PTX_FLAGS) + arch_flags(arch) + list(extra_flags)
+    plain = build_key(source, ["-ptx", *flags], arch, "")
+    rec = _recorded_ptx(plain)
+    if rec is not None:
+        count_cached("ptx", recorded=True)
+        return _seen_ptx(plain, rec)
     version = nvcc_version()
     key = build_key(source, ["-ptx", *flags], arch, version)
     if not version:
@@ -307,7 +384,8 @@ def compile_ptx(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, .
             res = PtxResult(**meta)
             res.ptx = (out_dir / "kernel.ptx").read_text() if res.ok else ""
             res.cached = True
-            return res
+            count_cached("ptx")
+            return _seen_ptx(plain, res)
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache entry is compiled again
     root.mkdir(parents=True, exist_ok=True)
@@ -316,11 +394,11 @@ def compile_ptx(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, .
         (tmp / "kernel.cu").write_text(source)
         t0 = time.perf_counter()
         code, log = _run_nvcc(["nvcc", "-ptx", *flags, "-o", str(tmp / "kernel.ptx"), str(tmp / "kernel.cu")], tmp,
-                              timeout_s, memory_mb)
+                              timeout_s, memory_mb, "ptx")
         if code == 0:
             left = max(1.0, timeout_s - (time.perf_counter() - t0))
             code2, log2 = _run_nvcc(["ptxas", "-v", f"-arch={arch}", "-o", str(tmp / "kernel.cubin"),
-                                     str(tmp / "kernel.ptx")], tmp, left, memory_mb)
+                                     str(tmp / "kernel.ptx")], tmp, left, memory_mb, "ptx")
             log += log2
             code = code2 if code2 is None or code2 != 0 else 0
         seconds = time.perf_counter() - t0
@@ -351,9 +429,91 @@ def compile_ptx(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[str, .
             os.rename(tmp, out_dir)
         except OSError:
             pass  # a concurrent identical compile published first
-        return res
+        return _seen_ptx(plain, res)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# Compiler evidence recorded with the corpus (skills_db/compiler/*.ptx.jsonl.xz): PtxResults by a key
+# without nvcc's version (source, flags, arch), answered before the cache and nvcc, so a replay reads
+# the compiler evidence the recorded run saw on any machine, nvcc or not. Held compressed; kept for
+# export (export_ptx_records) only while collect_ptx(True).
+PTX_SUFFIX = ".ptx.jsonl.xz"
+_PTX_RECORDED: dict[str, bytes] = {}
+_PTX_SEEN: dict[str, dict] = {}
+_PTX_COLLECT = {"on": False}
+_PTX_FIELDS = ("ok", "arch", "flags", "nvcc_version", "ptx", "log", "seconds", "resources", "error_kind",
+               "error_message")
+
+
+def _recorded_ptx(plain: str) -> PtxResult | None:
+    with _FE_LOCK:
+        blob = _PTX_RECORDED.get(plain)
+    if blob is None:
+        return None
+    import zlib
+    rec = json.loads(zlib.decompress(blob))
+    rec["resources"] = [KernelResources(**r) for r in rec["resources"]]
+    return PtxResult(key=rec.pop("key"), cached=True, **rec)
+
+
+def _seen_ptx(plain: str, res: PtxResult) -> PtxResult:
+    """`res`, kept for export_ptx_records while collect_ptx is on (a definite answer: not a time limit
+    or the memory cap, which say nothing of the kernel)."""
+    if _PTX_COLLECT["on"] and res.error_kind not in ("timeout", "memory_limit", "no_nvcc"):
+        rec = {k: getattr(res, k) for k in _PTX_FIELDS}
+        rec["resources"] = [dict(r.__dict__) for r in res.resources]
+        with _FE_LOCK:
+            _PTX_SEEN[plain] = {"plain": plain, "key": res.key, **rec}
+    return res
+
+
+def collect_ptx(on: bool = True) -> None:
+    """Keep every PTX result this process gets from now on, for export_ptx_records."""
+    _PTX_COLLECT["on"] = on
+
+
+def export_ptx_records(path: Path) -> int:
+    """Write the PTX results kept since collect_ptx(True) to PATH (*.ptx.jsonl.xz: one JSON object a line,
+    sorted by key, xz-compressed: runs of similar kernels compress well together); their count."""
+    import lzma
+    with _FE_LOCK:
+        recs = [_PTX_SEEN[k] for k in sorted(_PTX_SEEN)]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(path.name + ".part")
+    with lzma.open(part, "wt", preset=9 | lzma.PRESET_EXTREME) as fh:
+        for r in recs:
+            fh.write(json.dumps(r, sort_keys=True) + "\n")
+    os.replace(part, path)
+    return len(recs)
+
+
+def load_ptx_records(path: Path, replay: bool = False) -> int:
+    """Take the PTX results of a file export_ptx_records wrote as this process's first answers; their
+    count. Outside a replay only when they were made by the nvcc this machine has, or it has none; in a
+    replay always (they are what the recorded run's audits read). InputError for a file that is not
+    such a record."""
+    import lzma
+    import zlib
+    here = nvcc_version()
+    n = 0
+    try:
+        with lzma.open(path, "rt") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                plain = rec.pop("plain")
+                if not replay and here and rec.get("nvcc_version") != here:
+                    continue
+                with _FE_LOCK:
+                    _PTX_RECORDED[plain] = zlib.compress(json.dumps(rec).encode(), 6)
+                n += 1
+    except (OSError, ValueError, KeyError, lzma.LZMAError) as exc:
+        raise InputError(f"{path}: not a PTX record ({exc}); write one with "
+                         "klineage.gate.compile.export_ptx_records or remove it") from None
+    return n
 
 # Front-end answers by a key without nvcc's version (source, flags, arch): those loaded from a record
 # (load_front_end_answers) are answered first; every definite answer this process got is kept for
@@ -381,7 +541,9 @@ def front_end_accepts(source: str, arch: str = DEFAULT_ARCH, extra_flags: tuple[
     plain = _fe_key(source, flags, arch)
     with _FE_LOCK:
         got = _FE_RECORDED.get(plain)
-    if got is None:
+    if got is not None:
+        count_cached("front_end", recorded=True)
+    else:
         got = _front_end(source, flags, arch, cache_dir, timeout_s)
     if got is not None:
         with _FE_LOCK:
@@ -400,6 +562,7 @@ def _front_end(source: str, flags: list[str], arch: str, cache_dir: Path | None,
     if mark.is_file():
         text = mark.read_text().strip()
         if text in ("accepted", "refused"):
+            count_cached("front_end")
             return text == "accepted"
     default_timeout, memory_mb = compile_limits()
     root.mkdir(parents=True, exist_ok=True)
@@ -407,7 +570,7 @@ def _front_end(source: str, flags: list[str], arch: str, cache_dir: Path | None,
     try:
         (tmp / "kernel.cu").write_text(source)
         code, log = _run_nvcc(["nvcc", *flags, "-o", str(tmp / "kernel.ii"), str(tmp / "kernel.cu")], tmp,
-                              default_timeout if timeout_s is None else timeout_s, memory_mb)
+                              default_timeout if timeout_s is None else timeout_s, memory_mb, "front_end")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if code is None or (code != 0 and not _SOURCE_ERROR_RE.search(log)):
@@ -473,6 +636,34 @@ def _from_meta(meta: dict, out_dir: Path) -> CompileResult:
     res = CompileResult(**meta, resources=resources)
     res.so_path = str(out_dir / so_name) if so_name else None
     return res
+
+
+_KERNEL_FILE_RE = re.compile(r'(?<![\w./-])kernel\.cu(?=[(:"\s]|$)')
+
+
+def named(text: str | None, path: str | None) -> str:
+    """nvcc's words about a build, with the file every build compiles (`kernel.cu`, in a folder of its
+    own) named as the user's `path`: `kernel.cu(27): error` reads `mykernel.cu(27): error`."""
+    text = text or ""
+    return _KERNEL_FILE_RE.sub(str(path), text) if path else text
+
+
+def compiler_messages(log: str, limit: int = 12) -> list[str]:
+    """The lines of a failed build's log worth showing: each error and warning with the source line and
+    caret nvcc prints under it, at most `limit`, then how many more."""
+    lines = [l.rstrip() for l in (log or "").splitlines()]
+    out, i = [], 0
+    while i < len(lines):
+        l = lines[i]
+        if re.search(r"\b(error|warning)\b", l, re.I) and not l.lower().startswith("ptxas info"):
+            out.append(l)
+            # nvcc's front end prints the offending line and a caret under it
+            if i + 2 < len(lines) and lines[i + 2].strip() == "^":
+                out += [lines[i + 1], lines[i + 2]]
+                i += 2
+        i += 1
+    more = len(out) - limit
+    return out[:limit] + ([f"... {more} more lines"] if more > 0 else [])
 
 
 def _first_error(log: str) -> str | None:

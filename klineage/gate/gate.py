@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from klineage.errors import NoDeviceError, ReplayMissingError
-from klineage.gate.compile import DEFAULT_ARCH, CompileResult, nvcc_version
+from klineage.gate.compile import ARCH_SPECIFIC, DEFAULT_ARCH, CompileResult, nvcc_version, targets_from
 from klineage.gate.guard import check_source
 from klineage.records.evaluation import Status  # noqa: F401  (gate.Status: its importers)
 from klineage.workload import Workload
@@ -98,14 +98,14 @@ def _show(v) -> str:
     return "none" if v is None or v == [] else (" ".join(map(str, v)) if isinstance(v, list) else str(v))
 
 
-# Instructions that build for some targets only: (pattern, what, the targets that have it).
+# Instructions that build for some targets only: (pattern, what, the targets that have it). "wgmma" here
+# is the instruction as nvcc names it, not the family (the gate sits below the mechanism families).
 _ARCH_ONLY = (
     (re.compile(r"\bwgmma\."), "wgmma", ("sm_90a",)),
-    (re.compile(r"\bsetmaxnreg\b"), "setmaxnreg", ("sm_90a", "sm_100a", "sm_103a", "sm_120a")),
-    (re.compile(r"cp\.async\.bulk|cp\.reduce\.async\.bulk"), "TMA (cp.async.bulk)",
-     ("sm_90", "sm_90a", "sm_100", "sm_100a", "sm_103", "sm_103a", "sm_120", "sm_120a", "sm_121")),
+    (re.compile(r"\bsetmaxnreg\b"), "setmaxnreg", ARCH_SPECIFIC),
+    (re.compile(r"cp\.async\.bulk|cp\.reduce\.async\.bulk"), "TMA (cp.async.bulk)", targets_from("sm_90")),
     (re.compile(r"__cluster_dims__|cudaLaunchKernelEx|\bcluster\.sync\(|%cluster_"), "thread-block clusters",
-     ("sm_90", "sm_90a", "sm_100", "sm_100a", "sm_103", "sm_103a", "sm_120", "sm_120a", "sm_121")),
+     targets_from("sm_90")),
 )
 
 
@@ -202,8 +202,11 @@ class Gate:
 
     def evaluate(self, source: str, workload: Workload, origin: str | None = None, replay: bool = False,
                  remeasure: bool = False) -> GateResult:
-        """Guard, compile and evaluate one kernel source. Raises NoDeviceError only when a live
-        evaluation is needed and no GPU exists, ReplayMissingError when replay finds no record."""
+        """Guard, compile and evaluate one kernel source against the workload as the kernel declares it
+        valid (Workload.for_kernel: its own domain, where it declares one). Raises NoDeviceError only
+        when a live evaluation is needed and no GPU exists, ReplayMissingError when replay finds no
+        record."""
+        workload = workload.for_kernel(source)
         khash = kernel_hash(source)
         self._phase("guard")
         guard = check_source(source, workload)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from klineage.apply.engine import next_structural, retrieved_skills
 from klineage.apply.loop import ApplyConfig
 from klineage.apply.materialize import tunables
+from klineage.gate.compile import DEFAULT_ARCH  # the held-out instances are sm_90a builds
 from klineage.gate.gate import kernel_hash
 from klineage.heldout.instances import FAMILIES, Instance
 from klineage.heldout.sources import foreign_library, random_seed, skill_sources
@@ -57,7 +58,7 @@ def structural_path(inst: Instance, cfg, library: list[dict], sources: dict, con
     [{"name", "source"}], in order, each on the kernel the ones before it made; retrieval without a
     measured bottleneck class, as first_sweep_round."""
     from klineage.apply.materialize import RulesMaterializer
-    from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
+    from klineage.apply.retrieve import retrieve, target_facts
     start = "naive" if inst.family == "reduction" and "naive" in inst.starts else "idiom"
     src = inst.starts[start][1]
     if cond in ("control-random", "control-structural"):  # the same rewriters in the same seeded order
@@ -68,7 +69,7 @@ def structural_path(inst: Instance, cfg, library: list[dict], sources: dict, con
     mat, out, tried = RulesMaterializer(structural=True), [], set()
     while True:
         key = kernel_hash(src)
-        retrieval = retrieve(lib, target_facts(inst.workload, src, PLATFORM_H200, None), admission=cfg.admission)
+        retrieval = retrieve(lib, target_facts(inst.workload, src, DEFAULT_ARCH, None), admission=cfg.admission)
         entry = next_structural(acfg, retrieval, tried, key, src, inst.workload)
         if entry is None:
             return out
@@ -90,7 +91,7 @@ def first_sweep_round(inst: Instance, cfg, library: list[dict], sources: dict,
     gates where no round keeps a winner); the random control's first `budget` draws, exactly (a draw
     nvcc refuses is then replaced by the next)."""
     from klineage.apply.materialize import MAX_SWEEP, make_buildable, next_points, random_points, sweep_order
-    from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
+    from klineage.apply.retrieve import retrieve, target_facts
     buildable = make_buildable(cfg.sweep_axes)
 
     def kernel(cond: str) -> str:
@@ -106,7 +107,7 @@ def first_sweep_round(inst: Instance, cfg, library: list[dict], sources: dict,
         if cond in cfg.conditions:
             src = kernel(cond)
             lib = library if cond == "skills" else foreign_library(library, sources, cfg.foreign.get(inst.family, ()))
-            ranked = retrieved_skills(lib, retrieve(lib, target_facts(inst.workload, src, PLATFORM_H200, None),
+            ranked = retrieved_skills(lib, retrieve(lib, target_facts(inst.workload, src, DEFAULT_ARCH, None),
                                                     admission=cfg.admission))
             out[cond] = next_points(src, sweep_order(src, ranked, buildable), rounds * (MAX_SWEEP - 1), buildable)
     if "control-random" in cfg.conditions:
@@ -145,7 +146,7 @@ def prebuild_kernels(inst: Instance, cfg, library: list[dict], sources: dict) ->
     which points build asks nvcc's front end (sweep_axes = "buildable"), so the answers a run needs for
     them are known once this returns (klineage.gate.compile.export_front_end_answers)."""
     from klineage.apply.materialize import MAX_SWEEP, make_buildable, next_points, random_points, sweep_order
-    from klineage.apply.retrieve import PLATFORM_H200, retrieve, target_facts
+    from klineage.apply.retrieve import retrieve, target_facts
     buildable = make_buildable(cfg.sweep_axes)
     out: dict[tuple[str, tuple], tuple[str, dict]] = {}
 
@@ -154,7 +155,7 @@ def prebuild_kernels(inst: Instance, cfg, library: list[dict], sources: dict) ->
             out.setdefault((kernel_hash(src), tuple(sorted(p.items()))), (src, dict(p)))
 
     def steered(src: str, lib: list[dict], rounds: int) -> list[dict]:
-        ranked = retrieved_skills(lib, retrieve(lib, target_facts(inst.workload, src, PLATFORM_H200, None),
+        ranked = retrieved_skills(lib, retrieve(lib, target_facts(inst.workload, src, DEFAULT_ARCH, None),
                                                 admission=cfg.admission))
         return next_points(src, sweep_order(src, ranked, buildable), rounds * (MAX_SWEEP - 1), buildable)
 

@@ -41,7 +41,6 @@ from klineage.errors import ReplayMissingError
 from klineage.gate.compare import compare_timing
 from klineage.gate.gate import Gate, kernel_hash
 from klineage.lineage.lift import effect_claim
-from klineage.mechanisms import detect_all
 from klineage.mechanisms import shapes
 from klineage.mechanisms.forward import has_forward_rewrite, rewrite_for
 from klineage.records import SkillCard, as_card
@@ -64,10 +63,6 @@ class Target:
     workload: Workload
     source: str
     origin: str
-
-
-def _mech_kinds(source: str) -> set[str]:
-    return {f.mechanism for f in detect_all(source)}
 
 
 def candidate_kernels(wl: Workload, states: list[tuple[str, str]], starts: list[tuple[str, str]] | None = None) -> list[Target]:
@@ -161,7 +156,7 @@ def admit_skill(card: SkillCard | dict, targets_by_workload: dict[str, list[Targ
             continue
         for tgt in _targets_of(targets_by_workload[wname], mech, structural):
             got = rewrite_for(mech, tgt.source, requires, examples[0] if examples else None, card=card,
-                              workload=tgt.workload, structural=structural)
+                              workload=tgt.workload, structural=structural, arch=gate.config.arch)
             if got is None:
                 continue
             new_src, how = got

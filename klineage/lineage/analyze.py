@@ -17,14 +17,14 @@ is stored like any other and replays the same way.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from klineage import settings
 from klineage.errors import InputError, ReplayMissingError
 from klineage.exec.serial import SerialExecutor
-from klineage.gate.gate import Gate, GateConfig, kernel_hash
+from klineage.gate.gate import Gate, kernel_hash
 from klineage.lineage import admit as admit_mod
 from klineage.lineage import probe as probe_mod
 from klineage.gate.compare import compare_timing
@@ -76,10 +76,7 @@ class _Recording:
 
 def round_gate(gate: Gate, rnd: int) -> Gate:
     """A gate like `gate` for timing round `rnd`, with its own (fresh) worker."""
-    c = gate.config
-    return gate.with_config(GateConfig(arch=c.arch, extra_flags=c.extra_flags, seeds=c.seeds, timing=c.timing,
-                                       shapes=c.shapes, guard=c.guard, stall_s=c.stall_s, total_s=c.total_s,
-                                       round=rnd), share_worker=False)
+    return gate.with_config(replace(gate.config, round=rnd), share_worker=False)
 
 
 def workload_dirs(transitions: list[dict], known: dict[str, Path]) -> dict[str, Workload]:

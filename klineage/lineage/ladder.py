@@ -18,9 +18,10 @@ A declared name must be a known mechanism family (klineage.mechanisms.registry) 
 `structural`; anything else is an error before anything is built. An undeclared rung's step is what
 the detectors see it add.
 
-What a rung holds: the mechanism kinds the detectors find in it, and the structural names (those no
-detector sees) declared by it and by the rungs it was written from: the one `[from]` names, else the
-file before it.
+What a rung holds: the mechanism kinds the evidence reads in it (what `klineage features` prints:
+every form the source detectors see, rewritable or not, and the compiler's evidence), and the
+structural names (those no detector sees) declared by it and by the rungs it was written from: the
+one `[from]` names, else the file before it.
 
 Order. Authors number rungs as they like (a restart from an earlier version, a later version that
 drops a mechanism again), so the walk orders rungs by what they hold: rung a lies below rung b when
@@ -30,14 +31,14 @@ many rungs as it can), then the next; a refused candidate is recorded and the ne
 makes the step a compound one over the refused rung. Rungs the walk never reaches are recorded with
 the reason.
 
-Audit of a step richer -> simpler (read forward, the simpler rung is K_{i-1}): no mechanism kind of
-the simpler rung is lost; every detectable name the richer rung declares, and those declared by the
-rungs it was written from down to the simpler one that it still holds (a later rung may drop a
-mechanism again), is seen added (its count grows), or the step is refused (a detector miss or a
-wrong declaration); the step names every mechanism it adds: the structural names the richer rung
-holds and the simpler does not, the declared names seen, and the kinds the detectors see added
-without a declaration. A step of one declared name whose only additions are that mechanism (and its
-companions) is the plain ladder step of klineage.mechanisms.audit.audit_version.
+Audit of a step richer -> simpler (klineage.mechanisms.audit.audit_ladder_step, over the same
+evidence): no mechanism kind of the simpler rung is lost; the step is labelled with what the evidence
+says it adds (the structural names the richer rung holds and the simpler does not, the declared
+names seen added, the kinds seen added without a declaration). The declared names are those of the
+richer rung and of the rungs it was written from down to the simpler one that it still holds (a
+later rung may drop a mechanism again). A declared name the evidence does not see added is shown
+beside the evidence and does not stop the walk; a step the evidence sees add nothing, with nothing
+structural declared, is refused.
 """
 from __future__ import annotations
 
@@ -45,12 +46,10 @@ import difflib
 import re
 import subprocess
 import tomllib
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from klineage.errors import KLineageError
-from klineage.mechanisms.audit import COMPANIONS, audit_version
 from klineage.mechanisms.base import Feature
 from klineage.settings import display_path
 
@@ -260,54 +259,25 @@ class RungOrder:
     structural names each holds (structural_held)."""
 
     def __init__(self, features: list[list[Feature]], structural: list[frozenset[str]] | None = None):
+        from klineage.mechanisms.audit import replaced_by
         self.kinds = [frozenset(f.mechanism for f in fs) | (structural[i] if structural else frozenset())
                       for i, fs in enumerate(features)]
+        # what a rung holds, with what its mechanisms take over (asynchronous copies replace the register
+        # staging of a rung written before them): a rung holding that instead still lies below it
+        self.covers = [k | replaced_by(k) for k in self.kinds]
         n = len(self.kinds)
         self.height = [0] * n
-        for j in sorted(range(n), key=lambda i: (len(self.kinds[i]), i)):  # a linear extension of `below`
-            self.height[j] = max((self.height[i] + 1 for i in range(n) if self.below(i, j)), default=0)
+        for _ in range(n):  # longest chain below each rung (`below` is acyclic)
+            for j in range(n):
+                self.height[j] = max((self.height[i] + 1 for i in range(n) if self.below(i, j)), default=0)
 
     def below(self, a: int, b: int) -> bool:
+        """Rung a lies below rung b: b holds (or takes over) everything a holds and more, or the same with
+        a earlier in file order."""
         ka, kb = self.kinds[a], self.kinds[b]
-        return ka < kb or (ka == kb and a < b)
+        return a != b and ka <= self.covers[b] and (not kb <= self.covers[a] or a < b)
 
     def candidates(self, top: int) -> list[int]:
         """The rungs below `top`, the one with the longest chain below it first, then the later file."""
         return sorted((i for i in range(len(self.kinds)) if self.below(i, top)),
                       key=lambda i: (-self.height[i], -i))
-
-
-
-# ---------------------------------------------------------------------------- audit of one step
-def audit_ladder_step(richer: list[Feature], simpler: list[Feature], declared: tuple[str, ...] | list[str],
-                      detectable: set[str]) -> tuple[dict, tuple[str, ...]]:
-    """(audit, the mechanisms the step adds) for a ladder step richer -> simpler whose spanned rungs
-    declare `declared`; `detectable` = the names detectors find. See the module text."""
-    declared = tuple(dict.fromkeys(declared))
-    if len(declared) == 1:
-        plain = audit_version(richer, simpler, declared[0], detectable)
-        if plain["ok"]:
-            return plain, declared
-    rich_n = Counter(f.mechanism for f in richer)
-    simple_n = Counter(f.mechanism for f in simpler)
-    lost = sorted(set(simple_n) - set(rich_n))
-    added = sorted(set(rich_n) - set(simple_n))
-    structural = [d for d in declared if d not in detectable]
-    unseen = [d for d in declared if d in detectable and rich_n[d] <= simple_n[d]]
-    seen = [d for d in declared if d in detectable and rich_n[d] > simple_n[d]]
-    absorbed = {c for d in declared for c in COMPANIONS.get(d, ())}
-    undeclared = [a for a in added if a not in declared and a not in absorbed]
-    mechanisms = tuple(sorted(set(structural) | set(seen) | set(undeclared)))
-    why = []
-    if lost:
-        why.append(f"forward the step loses {lost} (the simpler rung has them, the richer does not)")
-    if unseen:
-        why.append(f"declared {unseen}, but the detectors do not see {'it' if len(unseen) == 1 else 'them'} added "
-                   "(a detector miss, or a wrong declaration)")
-    if not mechanisms and not why:
-        why.append("the step adds nothing a detector sees and declares no structural mechanism: declare what it "
-                   "adds (// klineage-step: mechanism=NAME, or [steps] in versions/ladder.toml)")
-    audit = {"ok": not why, "kind": "versions", "added_forward": added, "lost_forward": lost,
-             "declared": list(declared), "mechanisms": list(mechanisms), "structural": structural,
-             "undeclared": undeclared, "unseen": unseen, "reason": "; ".join(why)}
-    return audit, mechanisms

@@ -19,35 +19,24 @@ from typing import Callable
 
 import jinja2
 
-from klineage.mechanisms import registry
+from klineage.gate.compare import platform_of
+from klineage.mechanisms import family_specs, registry
 from klineage.records import to_plain
 from klineage.records.skill_card import CATEGORIES
 from klineage.records.skill_card import (Admission, AdmissionTrial, Anchor, Carrier, Effects, Probing, Rederivation,
                                          Risk, Scope, SkillCard)
 
 LANGUAGE = "CUDA C++"
-# Mechanisms that address the same cost in incompatible ways: applying one where the other is
-# present is redundant (both fix shared-memory bank conflicts).
-CONFLICTS = {"smem_padding": [("shared index", "smem_swizzle")], "smem_swizzle": [("shared tile", "smem_padding")]}
-ANCHOR_QUERIES = {
-    "cache_hint": "(call_expression function: (identifier) @callee (#match? @callee \"^__(ld|st)(g|cs|cg|ca|lu|cv|wt|wb)$\"))",
-    "fast_math": "(call_expression function: (identifier) @callee (#match? @callee \"^(__expf|__logf|__fdividef|__frcp_rn|rsqrtf|__sinf|__cosf|__powf)$\"))",
-    "launch_bounds": "(function_definition (launch_bounds) @bounds)",
-    "unroll": "((preproc_call) @pragma . (for_statement) @loop (#match? @pragma \"unroll\"))",
-    "restrict": "(parameter_declaration declarator: (pointer_declarator (type_qualifier) @q (#eq? @q \"__restrict__\")))",
-    "coarsening": "(preproc_def name: (identifier) @name (#match? @name \"(UNROLL|PER_THREAD|COARSEN|ILP|ITEMS)\"))",
-    "vector_access": "(pointer_expression argument: (_) @ptr) ; pointer of vector type (libclang)",
-    "warp_reduction": "(call_expression function: (identifier) @callee (#match? @callee \"^__shfl_(xor|down)_sync$\"))",
-    "smem_padding": "(declaration (type_qualifier) @q (array_declarator size: (binary_expression)) (#eq? @q \"__shared__\"))",
-    "smem_staging": "(declaration (type_qualifier) @q (array_declarator) (#eq? @q \"__shared__\"))",
-}
-
-
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.PackageLoader("klineage.lineage", "templates"),
                               undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                               trim_blocks=False, lstrip_blocks=False)
+
+
+def _anchor_query(family) -> str:
+    """The tree-sitter query a card's anchor shows: its family's (Family.anchor_query)."""
+    return family.anchor_query if family is not None and family.anchor_query else "(declared by the version ladder)"
 
 
 def render(template: str, **ctx) -> str:
@@ -60,12 +49,6 @@ def slug(text: str) -> str:
 
 def shape_text(shape: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in shape.items())
-
-
-def _platform(env: dict) -> str:
-    gpu = env.get("gpu") or "unknown GPU"
-    cap = env.get("capability")
-    return f"{gpu} (sm_{cap.replace('.', '')})" if cap else gpu
 
 
 def _diff(a: str, b: str, limit: int = 80) -> str:
@@ -154,7 +137,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
     `analysis` (lineage/analyze.Analysis) adds repeat-round effects, probes, static and compile
     evidence per transition, and admission verdicts per skill."""
     per_t = analysis.per_transition if analysis is not None else {}
-    mechs = registry()
+    mechs, specs = registry(), family_specs()
     groups: dict[tuple[str, str], list[dict]] = {}
     for t in transitions:
         groups.setdefault((t["mechanism"], t["anchor"]), []).append(t)
@@ -174,7 +157,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
                 med_t = statistics.median(trials)
                 spread_t = (max(trials) - min(trials)) / med_t if med_t else 0.0
                 per_case.append({"workload": t["workload_name"], "shape": e["shape"], "shape_text": shape_text(e["shape"]),
-                                 "platform": _platform(t["env"]), "speedup": e["speedup"],
+                                 "platform": platform_of(t["env"]), "speedup": e["speedup"],
                                  "trial_speedups": e["trial_speedups"], "spread": spread_t,
                                  "workers": 1 + len(later),
                                  "worker_speedups": [e["speedup"]] + [x["speedup"] for x in later],
@@ -239,7 +222,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
         provides = sorted({(anchor, mech_name)})
         requires = sorted(p for p in before_common if p[1] in {f["mechanism"] for f in first["features_richer"]
                                                               if mechs.get(f["mechanism"]) and mechs[f["mechanism"]].STRUCTURAL})
-        conflicts = sorted(tuple(c) for c in CONFLICTS.get(mech_name, []))
+        conflicts = sorted(tuple(c) for c in (specs[mech_name].conflicts if mech_name in specs else ()))
         prior = sorted({f["mechanism"] for t in ts for f in t["features_simpler"]})
         name = f"{mech_name}/{slug(anchor)}"
         skill_id = hashlib.sha256(json.dumps([mech_name, anchor, [t["transition_id"] for t in ts]]).encode()).hexdigest()[:16]
@@ -257,8 +240,7 @@ def lift(transitions: list[dict], rejections: list[dict], source_of: Callable[[s
                         platforms=", ".join(platforms) or "no measured platform").strip()
         card = SkillCard(
             skill_id=skill_id, name=name, mechanism=mech_name,
-            anchor=Anchor(signature=anchor, query=ANCHOR_QUERIES.get(mech_name, "(declared by the version ladder)"),
-                          paths=paths),
+            anchor=Anchor(signature=anchor, query=_anchor_query(specs.get(mech_name)), paths=paths),
             carrier=Carrier(before=carrier_before, after=carrier_after,
                             forward_rewrite=(f"klineage.mechanisms.{mech_name}: reoptimize" if not first["declared"]
                                              else f"ladder step {first['config'].get('previous')} -> "

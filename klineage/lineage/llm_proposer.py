@@ -13,7 +13,7 @@ in features_after that is not in features_before, nor anything else gone (`llm_p
 Checks before the gate: the cited line ranges must exist in the current kernel and at least one
 cited line must be changed by the proposed edit (`llm_citation`); where the detectors know the
 mechanism, the walk's own audit (that of a ladder step declaring it,
-klineage.lineage.ladder.audit_ladder_step) holds the step to removing exactly that mechanism.
+klineage.mechanisms.audit.audit_ladder_step) holds the step to removing exactly that mechanism.
 Forward re-derivation is asked of the model on the simpler kernel (never a reversed diff) and must
 pass the walk's >= 0.99x gate. Each call is budgeted: when the budget is spent the proposer raises
 BudgetExhausted and the walk ends with termination `budget`.

@@ -110,9 +110,10 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
     pass's independent steps, as concurrent units whose database writes are committed in target
     order: the library is the serial run's. With an llm proposer the walks run one at a time (the
     model budget is spent in target order)."""
-    t0 = time.perf_counter()
+    from klineage.gate.compile import calls_since, nvcc_calls
+    t0, nvcc0 = time.perf_counter(), nvcc_calls()
     check_ladders(run)
-    summary = {"lineages": [], "missing": [], "evaluations": {}, "phases": {}}
+    summary = {"lineages": [], "missing": [], "evaluations": {}, "phases": {}, "warnings": []}
     evals = []
     known: dict = {}  # workload name -> folder, for the analysis pass
     executor = executor or SerialExecutor()
@@ -120,7 +121,7 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
 
     def walk(tgt: Target):
         wl = load_workload(tgt.workload_dir)
-        proposer = make_proposer(tgt.proposer, tgt.workload_dir, llm=llm)
+        proposer = make_proposer(tgt.proposer, tgt.workload_dir, llm=llm, arch=gate.config.arch)
         label = f"{wl.name}/{tgt.proposer}"
         walker = Walker(gate, wl, [proposer], run.limits, replay=replay,
                         progress=(lambda ev, _l=label, **kw: progress(_l, ev, **kw)) if progress else None)
@@ -130,12 +131,18 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
     walks = executor.map(walk, run.targets, sequential=any(t.proposer == "llm" for t in run.targets))
     for tgt, wl, walker, lin in walks:
         known[wl.name] = tgt.workload_dir
-        store.put_lineage(lin)
+        # a replay without the start kernel's record walked nothing: no lineage to store (a later run
+        # with the record walks it), and the missing record is listed
+        stored = not (lin["termination"] == "start_failed" and lin.get("start_status") == "NOT_REPLAYED")
+        if stored:
+            store.put_lineage(lin)
         evals += walker.evaluations
         summary["missing"] += walker.missing
+        summary["warnings"] += step_warnings(lin, f"{wl.name}/{tgt.proposer}")
         summary["lineages"].append({"lineage_id": lin["lineage_id"], "workload": wl.name, "proposer": tgt.proposer,
                                     "steps": len(lin["transitions"]), "rejections": len(lin["rejections"]),
-                                    "termination": lin["termination"], "remaining": lin["remaining"],
+                                    "termination": lin["termination"] if stored else "not_replayed",
+                                    "remaining": lin["remaining"], "stored": stored,
                                     "mechanisms": [t["mechanism"] for t in lin["transitions"]]})
     source_of = lambda h: (store.get_kernel(h) or {}).get("source")
     transitions, rejections = store.transitions(), store.rejections()
@@ -174,10 +181,20 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
         "analysis_s": time.perf_counter() - t_walk,
         "analysis_evaluations": len(analysis.evaluations) if analysis else 0,
     }
+    summary["nvcc"] = calls_since(nvcc0)  # every nvcc and ptxas run of the run, by purpose, and what needed none
     if analysis is not None:
         summary["admission"] = _count(v["status"] for v in analysis.admission.values())
     summary["skills"] = [{"skill_id": s["skill_id"], "name": s["name"]} for s in skills]
     return summary
+
+
+def step_warnings(lin: dict, label: str) -> list[str]:
+    """The warnings the audits of a walked lineage's steps carry (a ladder step that reshapes its launch
+    and declares nothing), each naming the lineage and step."""
+    out = [f"{label} step {t['step'] + 1}: {w}" for t in lin["transitions"] for w in (t.get("audit") or {}).get("warnings", [])]
+    out += [f"{label} step {r['step'] + 1} (refused): {w}" for r in lin["rejections"]
+            for w in (r.get("audit") or {}).get("warnings", [])]
+    return out
 
 
 def _count(items) -> dict:
@@ -240,7 +257,7 @@ def dry_run(run: MineRun, progress: Callable[..., None] | None = None, llm=None)
            "lineages": []}
     for tgt in run.targets:
         wl = load_workload(tgt.workload_dir)
-        proposer = make_proposer(tgt.proposer, tgt.workload_dir, llm=llm)
+        proposer = make_proposer(tgt.proposer, tgt.workload_dir, llm=llm, arch=gate.config.arch)
         label = f"{wl.name}/{tgt.proposer}"
         walker = Walker(gate, wl, [proposer], run.limits,
                         progress=(lambda ev, _l=label, **kw: progress(_l, ev, **kw)) if progress else None)
@@ -258,6 +275,7 @@ def dry_run(run: MineRun, progress: Callable[..., None] | None = None, llm=None)
                                                                                - len(wl.benchmark_cases))}
         if tgt.proposer == "versions":
             entry["rungs"] = rung_coverage(proposer, lin)
+        entry["warnings"] = step_warnings(lin, label)
         out["lineages"].append(entry)
     out["compile"] = {"requests": len(gate.compile_log), "cache_hits": sum(c["cached"] for c in gate.compile_log),
                       "failed": sum(not c["ok"] for c in gate.compile_log)}
@@ -278,7 +296,8 @@ def proposal_log(lin: dict) -> list[dict]:
             a = t["audit"]
             why = (f"removed exactly this, kept the {a['kept']} other features"
                    if a.get("kind") == "rules" else f"adds forward {a.get('added_forward') or 'nothing detected'}"
-                   + (f", declared {a['declared']}" if a.get("declared") else ""))
+                   + (f", declared {a['declared']}" if a.get("declared") else "")
+                   + (f" ({a['disagrees']})" if a.get("disagrees") else ""))
             out.append({"step": k + 1, "proposer": t["proposer"], "mechanism": t["mechanism"], "locus": t["locus"],
                         "verdict": "accepted", "stage": "audit", "reason": why, "gate": ASSUMED,
                         **({"mechanisms": t["mechanisms"]} if t.get("mechanisms") else {})})
@@ -314,6 +333,8 @@ def format_dry_run(d: dict) -> str:
             r = l["rungs"]
             lines.append(f"  rungs walked: {r['walked']}/{r['total']} ({100 * r['fraction']:.0f}%): "
                          + " -> ".join(r["chain"]))
+        for w in l.get("warnings", []):
+            lines.append(f"  warning: {w}")
         for p in l["proposals"]:
             where = f"{p['mechanism']} @ {p['locus']}" + (f" (rung {p['rung']})" if p.get("rung") else "")
             if p["verdict"] == "accepted":

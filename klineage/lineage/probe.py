@@ -25,12 +25,12 @@ run alone, so one crash does not hide the verdict of the others.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from klineage import settings
 from klineage.errors import ReplayMissingError
-from klineage.gate.gate import Gate, GateConfig, Status, kernel_hash
+from klineage.gate.gate import Gate, Status, kernel_hash
 from klineage.workload import (ALIAS_KEY, OFFSET_KEY, Workload, load_workload, shape_key, shared_modules,
                                write_generated)
 
@@ -208,8 +208,7 @@ def probe_workload(wl: Workload, probes: list[Probe]) -> Workload:
 def probe_gate(gate: Gate) -> Gate:
     """A gate sharing `gate`'s store and worker that checks correctness only (no timing)."""
     c = gate.config
-    return gate.with_config(GateConfig(arch=c.arch, extra_flags=c.extra_flags, seeds=c.seeds[:2], timing={},
-                                       shapes="benchmark", guard=c.guard, stall_s=c.stall_s, total_s=c.total_s))
+    return gate.with_config(replace(c, seeds=c.seeds[:2], timing={}, shapes="benchmark", round=1))
 
 
 def _verdicts(res, probes: list[Probe]) -> dict[str, dict] | None:

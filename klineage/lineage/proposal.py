@@ -17,7 +17,7 @@ class Proposal:
     anchor: str = ""
     declared: bool = False   # the mechanism is declared (versions), not computed by a detector
     origin: str | None = None  # path of the simpler kernel, when it is a file
-    # versions steps: the audit the ladder computed (klineage.lineage.ladder.audit_ladder_step), the
+    # versions steps: the audit the ladder computed (klineage.mechanisms.audit.audit_ladder_step), the
     # richer kernel (what the forward re-derivation restores) and, for a bundled step, its names
     audit: dict | None = None
     richer: str | None = None

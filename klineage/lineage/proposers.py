@@ -18,11 +18,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-from klineage.lineage.ladder import (ProposerError, RungOrder, Version, audit_ladder_step, ladder_from_folder,
-                                     parent_index, structural_held)
+from klineage.lineage.ladder import (ProposerError, RungOrder, Version, ladder_from_folder, parent_index,
+                                     structural_held)
+from klineage.gate.compile import DEFAULT_ARCH
+from klineage.mechanisms.audit import audit_ladder_step, seen
 from klineage.lineage.proposal import Proposal, source_hash
-from klineage.mechanisms import ORDER, Kernel, registry
+from klineage.mechanisms import Kernel, order, registry
 from klineage.mechanisms.base import Applied, Feature
+from klineage.parse.source import launch_shapes
 
 
 class RulesProposer:
@@ -34,7 +37,7 @@ class RulesProposer:
     def propose(self, source: str, features: list[Feature], tried: set) -> Iterator[Proposal | tuple]:
         """Yields Proposal, or (feature, reason) for a removal whose rewrite did not apply."""
         k = Kernel(source)
-        for mech_name in ORDER:
+        for mech_name in order():
             mech = self.mechanisms.get(mech_name)
             if mech is None:
                 continue
@@ -70,9 +73,9 @@ class VersionsProposer:
     follows names fewer; the walk then stands on a kernel that is a rung less those mechanisms."""
     name = "versions"
 
-    def __init__(self, ladder: list[Version]):
+    def __init__(self, ladder: list[Version], arch: str = DEFAULT_ARCH):
         from klineage.mechanisms import detect_all
-        self.ladder = ladder
+        self.ladder, self.arch = ladder, arch
         self._index = {source_hash(v.source): i for i, v in enumerate(ladder)}
         # kernel hash -> (the rung it is, the mechanisms the rules removed from it on the way here)
         self._derived: dict[str, tuple[int, frozenset[str]]] = {}
@@ -80,7 +83,8 @@ class VersionsProposer:
         self.detectable = {m.NAME for m in registry().values() if m.DETECTABLE}
         self.held = structural_held(ladder, self.detectable)
         self.parent = [parent_index(ladder, i) for i in range(len(ladder))]
-        self.order = RungOrder(self.features, self.held)
+        # the rungs are ordered by what the evidence reads in each (klineage.mechanisms.audit.seen)
+        self.order = RungOrder([[f.feature for f in seen(fs, arch)[0]] for fs in self.features], self.held)
         self.rules = RulesProposer()
 
     @property
@@ -106,7 +110,13 @@ class VersionsProposer:
             tried.add(pair)
             prev = self.ladder[r]
             declared = self._declared(base, r, peeled)
-            audit, mechs = audit_ladder_step(features, self.features[r], declared, self.detectable)
+            audit, mechs = audit_ladder_step(features, self.features[r], declared, self.detectable, self.arch)
+            moved = launch_change(prev.source, source) if not declared else ""
+            if moved:  # kept in the step's audit; nothing is added where the step declares what it adds
+                audit = {**audit, "warnings": [
+                    f"the launch shape changes ({moved}) and {cur.label} declares no mechanism; the step is read as "
+                    f"{'+'.join(mechs) or 'nothing'} from the detectors alone: declare what reshapes the launch "
+                    "(// klineage-step: mechanism=NAME, or [steps] in versions/ladder.toml)"]}
             if audit["ok"] and len(mechs) > 1:
                 yield from self._peel(source, features, mechs, declared, self.features[r], (base, peeled), tried)
             config = {"version": cur.label, "previous": prev.label}
@@ -131,7 +141,7 @@ class VersionsProposer:
         """Rules steps removing, one locus at a time, the mechanisms of a bundled step other than the
         one the ladder step keeps: its structural names, else the last declared of them in
         mechanisms.ORDER, else the last of them in that order."""
-        ruled = [m for m in ORDER if m in mechs]
+        ruled = [m for m in order() if m in mechs]
         keep = (set(mechs) - set(ruled)) or {([m for m in ruled if m in declared] or ruled)[-1]}
         gone = {f.key for f in features} - {f.key for f in simpler_feats}
         peel = [f for f in features if f.mechanism in ruled and f.mechanism not in keep and f.key in gone]
@@ -163,7 +173,7 @@ class VersionsProposer:
                 continue
             top = len(self.ladder) - 1
             if not self.order.below(i, top):
-                extra = sorted(self.order.kinds[i] - self.order.kinds[top])
+                extra = sorted(self.order.kinds[i] - self.order.covers[top])
                 why = f"it has {extra}, which the top of the ladder ({self.top.label}) lacks: not below it"
             elif self.order.below(i, low):
                 why = f"the walk ended at {self.ladder[low].label}, above it"
@@ -190,13 +200,14 @@ class VersionsProposer:
 PROPOSERS = ("rules", "versions", "llm")
 
 
-def make_proposer(name: str, workload_dir: Path | None = None, llm=None):
+def make_proposer(name: str, workload_dir: Path | None = None, llm=None, arch: str = DEFAULT_ARCH):
+    """The proposer `name`; `arch` is the run's target, whose compiler evidence orders a ladder's rungs."""
     if name == "rules":
         return RulesProposer()
     if name == "versions":
         if workload_dir is None:
             raise ProposerError("the versions proposer needs a workload folder with a versions/ ladder")
-        return VersionsProposer(ladder_from_folder(workload_dir))
+        return VersionsProposer(ladder_from_folder(workload_dir), arch)
     if name == "llm":
         if llm is None:
             raise ProposerError("the llm proposer needs a model client: set ANTHROPIC_API_KEY (or --base-url for an "
@@ -204,3 +215,13 @@ def make_proposer(name: str, workload_dir: Path | None = None, llm=None):
         from klineage.lineage.llm_proposer import LLMProposer
         return LLMProposer(llm)
     raise ProposerError(f"unknown proposer {name!r}: choose one of rules, versions, llm")
+
+
+def launch_change(simpler: str, richer: str) -> str:
+    """How a step read forward (simpler -> richer) changes the launches' (grid, block), in words, or ""
+    when every launch keeps its shape."""
+    a, b = launch_shapes(simpler), launch_shapes(richer)
+    if sorted(a) == sorted(b):
+        return ""
+    text = lambda shapes: "; ".join(f"<<<{g}, {blk}>>>" for g, blk in shapes) or "no launch"  # noqa: E731
+    return f"{text(a)} -> {text(b)}"

@@ -21,10 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from klineage import settings
-from klineage.gate.compile import arch_flags, nvcc_version, out_of_memory, run_nvcc
+from klineage.gate.compile import SCOPE_ARCHS, arch_flags, count_cached, nvcc_version, out_of_memory, run_nvcc
 from klineage.parse.semantics import analyze
 
-ARCHS = ("sm_80", "sm_89", "sm_90a", "sm_100", "sm_120")
+ARCHS = SCOPE_ARCHS  # one target of each generation (klineage.gate.compile)
 CHECK_FLAGS = ("-cubin",)
 CHECK_TIMEOUT_S = 120.0
 UNSUPPORTED = "arch not supported by this nvcc"
@@ -71,13 +71,14 @@ _recorded: dict[str, dict] | None = None
 def _recorded_checks() -> dict[str, dict]:
     global _recorded
     if _recorded is None:
-        _recorded = {}
+        rows = {}  # filled before it is published: another thread sees all of it or loads it too
         f = recorded_file()
         if f.is_file():
             for line in f.read_text().splitlines():
                 if line.strip():
                     row = json.loads(line)
-                    _recorded[row["key"]] = row["check"]
+                    rows[row["key"]] = row["check"]
+        _recorded = rows
     return _recorded
 
 
@@ -113,11 +114,13 @@ def compile_check(source: str, arch: str, timeout_s: float = CHECK_TIMEOUT_S) ->
     path = cache_dir() / key[:2] / f"{key}.json"
     shipped = _recorded_checks().get(key)
     if shipped is not None:
+        count_cached("compile_check", recorded=True)
         return dict(shipped, cached=True)
     if path.is_file():
         try:
             rec = json.loads(path.read_text())
             rec["cached"] = True
+            count_cached("compile_check")
             return rec
         except (OSError, ValueError):
             pass  # a damaged entry is rebuilt

@@ -28,10 +28,9 @@ from klineage.errors import ReplayMissingError
 from klineage.gate.compare import compare_timing
 from klineage.gate.gate import Gate, GateResult, kernel_hash
 from klineage.errors import BudgetExhausted
-from klineage.mechanisms.audit import audit_rederived, audit_rules
-from klineage.lineage.ladder import audit_ladder_step
+from klineage.mechanisms.audit import audit_ladder_step, audit_rederived, audit_rules
 from klineage.lineage.proposal import Proposal
-from klineage.mechanisms import ORDER, detect_all, registry
+from klineage.mechanisms import detect_all, order, registry
 from klineage.mechanisms.base import Feature
 from klineage.workload import Workload
 
@@ -74,15 +73,19 @@ class Walker:
         self.progress = progress or (lambda *a, **k: None)
         self.missing: list[dict] = []
         self.known = {m.NAME for m in registry().values() if m.DETECTABLE}
+        self.arch = gate.config.arch  # the target the audit's compiler evidence is built for
         self.evaluations: list[GateResult] = []
+        self.launches: list[dict] = []  # launch configurations past the default each step is checked at
 
-    def evaluate(self, source: str, origin: str | None) -> GateResult | None:
-        """The gate's result, or None (listed in self.missing) when replay has no record of it."""
+    def evaluate(self, source: str, origin: str | None, launch: dict | None = None) -> GateResult | None:
+        """The gate's result (at launch configuration `launch`, else the workload's default), or None
+        (listed in self.missing) when replay has no record of it."""
+        wl = self.workload if launch is None else self.workload.with_launch(launch)
         try:
-            res = self.gate.evaluate(source, self.workload, origin=origin, replay=self.replay)
+            res = self.gate.evaluate(source, wl, origin=origin, replay=self.replay)
         except ReplayMissingError as e:
-            self.missing.append({"kernel_hash": kernel_hash(source), "workload": self.workload.name,
-                                 "origin": origin, "message": str(e)})
+            self.missing.append({"kernel_hash": kernel_hash(source), "workload": wl.name, "origin": origin,
+                                 **({"launch": launch} if launch is not None else {}), "message": str(e)})
             self.progress("missing", kernel_hash=kernel_hash(source))
             return None
         self.evaluations.append(res)
@@ -92,7 +95,7 @@ class Walker:
     def lineage_id(self, start_source: str) -> str:
         return _digest({"walk": WALK_VERSION, "workload": self.workload.content_hash,
                         "start": kernel_hash(start_source), "proposers": [p.name for p in self.proposers],
-                        "limits": asdict(self.limits), "order": list(ORDER),
+                        "limits": asdict(self.limits), "order": list(order()),
                         "gate": {"seeds": list(self.gate.config.seeds), "timing": self.gate.config.timing,
                                  "arch": self.gate.config.arch}})
 
@@ -101,12 +104,13 @@ class Walker:
         lin = {"lineage_id": lid, "workload_name": self.workload.name, "workload_hash": self.workload.content_hash,
                "proposer": "+".join(p.name for p in self.proposers), "start_hash": kernel_hash(start_source),
                "config": {"limits": asdict(self.limits), "proposers": [p.name for p in self.proposers],
-                          "order": list(ORDER), "origin": origin, "walk_version": WALK_VERSION},
+                          "order": list(order()), "origin": origin, "walk_version": WALK_VERSION},
                "states": [], "transitions": [], "rejections": [], "remaining": [], "missing": self.missing}
         cur_src, cur_origin = start_source, origin
         cur_res = self.evaluate(cur_src, origin)
         cur_feats = detect_all(cur_src)
         lin["states"].append(self._state(0, cur_src, cur_res, cur_feats, origin))
+        self.launches = self._start_launches(lin, cur_src, cur_res, origin)
         if cur_res is None or not cur_res.passed:
             lin["termination"] = "start_failed"
             lin["remaining"] = sorted({f.mechanism for f in cur_feats})
@@ -182,12 +186,10 @@ class Walker:
         if prop.audit is not None:  # a ladder step, audited by the ladder (klineage.lineage.ladder)
             audit = prop.audit
         elif prop.declared:  # one declared mechanism (the llm proposer): judged as a ladder step declaring it
-            audit, mechs = audit_ladder_step(cur_feats, feats, (prop.mechanism,), self.known)
-            if audit["ok"] and tuple(mechs) != (prop.mechanism,):
-                audit = {**audit, "ok": False,
-                         "reason": f"declared {prop.mechanism}, but the step adds {list(mechs)}"}
+            audit, mechs = audit_ladder_step(cur_feats, feats, (prop.mechanism,), self.known, self.arch)
+            audit = self._one_mechanism(audit, mechs, prop, cur_feats)
         else:
-            audit = audit_rules(cur_feats, feats, prop.mechanism, prop.locus)
+            audit = audit_rules(cur_feats, feats, prop.mechanism, prop.locus, self.arch)
         if not audit["ok"]:
             self._reject(lin, prop.mechanism, prop.locus, "audit", audit["reason"], prop.source, audit=audit, **rung)
             return None
@@ -200,12 +202,15 @@ class Walker:
             self._reject(lin, prop.mechanism, prop.locus, res.status.value.lower(),
                          f"{res.error_kind}: {res.error_message}", prop.source, res, **rung)
             return None
+        launch = self._launches(lin, prop, **rung)
+        if launch is None:
+            return None
         red_src = proposer.rederive(prop)
         if red_src is None:
             self._reject(lin, prop.mechanism, prop.locus, "rederive_failed",
                          "the forward rewrite does not apply to the simpler kernel", prop.source, res)
             return None
-        red_audit = audit_rederived(cur_feats, detect_all(red_src))
+        red_audit = audit_rederived(cur_feats, detect_all(red_src), self.arch)
         if not red_audit["ok"]:
             self._reject(lin, prop.mechanism, prop.locus, "rederive_audit", red_audit["reason"], red_src,
                          audit=red_audit)
@@ -238,11 +243,66 @@ class Walker:
             "simpler_resources": (res.compile or {}).get("resources", []),
             "richer_resources": (cur_res.compile or {}).get("resources", []),
         }
+        if prop.declared and prop.audit is None and audit.get("mechanisms", [prop.mechanism]) != [prop.mechanism]:
+            # an llm step the evidence labels otherwise (with the forms no rule takes off that it also removed)
+            trans["mechanism"], trans["mechanisms"] = "+".join(audit["mechanisms"]), list(audit["mechanisms"])
         if prop.mechanisms:  # a bundled ladder step: every mechanism it adds, by name
             trans["mechanisms"] = list(prop.mechanisms)
-        if self.workload.domain:  # the inputs the kernels are valid on: a precondition of every skill
-            trans["domain"] = self.workload.domain_preconditions()
+        domain = self.workload.for_kernel(cur_src)  # the richer kernel's valid inputs: the skill's precondition
+        if domain.domain:
+            trans["domain"] = domain.domain_preconditions()
+        if launch:
+            trans["launch"] = launch
         return prop, res, feats, trans
+
+    def _launches(self, lin, prop: Proposal, **rung) -> list[dict] | None:
+        """A workload with a LAUNCH axis runs its kernels at every launch configuration: the simpler
+        kernel is gated at each one past the default (the step is refused, naming the configuration,
+        where it fails), and the launch configurations it passed are listed; [] without an axis."""
+        out = []
+        for values in self.launches:
+            res = self.evaluate(prop.source, prop.origin, values)
+            if res is None:
+                self._reject(lin, prop.mechanism, prop.locus, "replay_missing",
+                             f"no recorded evaluation of the simpler kernel at launch {values}", prop.source,
+                             launch=values, **rung)
+                return None
+            if not res.passed:
+                self._reject(lin, prop.mechanism, prop.locus, res.status.value.lower(),
+                             f"at launch {values}: {res.error_kind}: {res.error_message}", prop.source, res,
+                             launch=values, **rung)
+                return None
+            out.append({"launch": values, "eval_key": res.eval_key})
+        return out
+
+    def _start_launches(self, lin, source: str, res, origin) -> list[dict]:
+        """The launch configurations past the default that the walk checks each step at: those the
+        start kernel passes at (recorded in the lineage with those it fails at)."""
+        configs = self.workload.launch_configs()[1:]
+        if not configs or res is None or not res.passed:
+            return []
+        ok, failed = [], []
+        for values in configs:
+            r = self.evaluate(source, origin, values)
+            (ok if r is not None and r.passed else failed).append(values)
+        lin["config"]["launch"] = {"checked": ok, "start_fails": failed}
+        return ok
+
+    @staticmethod
+    def _one_mechanism(audit: dict, mechs: tuple[str, ...], prop: Proposal, cur_feats: list[Feature]) -> dict:
+        """An llm step removes the one mechanism it declares. The evidence may see it remove, with that
+        one, forms no rule takes off on their own (a grid-stride fallback read as coarsening): the step
+        takes the evidence's label. It is refused when the evidence does not see the declared mechanism
+        go, or sees another go that the rules could have taken off as a step of its own."""
+        if not audit["ok"] or tuple(mechs) == (prop.mechanism,):
+            return audit
+        separable = sorted(m for m in set(mechs) - {prop.mechanism}
+                           if any(f.mechanism == m and f.removable for f in cur_feats))
+        if prop.mechanism in mechs and not separable:
+            return audit
+        why = (f"declared {prop.mechanism}, but the step adds {list(mechs)}"
+               + (f": {separable} could come off as steps of their own" if separable and prop.mechanism in mechs else ""))
+        return {**audit, "ok": False, "reason": why}
 
     def _anchor(self, cur_feats: list[Feature], audit: dict, prop: Proposal) -> str:
         added = set(audit.get("added_forward") or [])

@@ -1,10 +1,12 @@
-"""The mechanism registry: one module or package per optimization family under
-klineage.mechanisms.families, discovered there (the families only a ladder names: one module).
+"""The mechanism registry: one module or package per family under klineage.mechanisms.families, each
+declaring `FAMILY = Family(...)` (klineage.mechanisms.base.Family: everything known about the family),
+and the families only a ladder names, as data in declared.toml there. Both are discovered on every
+folder of the families package's path, so adding a family is adding a module (docs/adding-a-family.md).
 
-``ORDER`` is the backward search order of the rules proposer: mechanisms that sit on top of others
-come off first (a cache hint wraps a load, so it goes before the vectorized load it wraps; compiler
-annotations before the code structure they annotate), then the structural-but-mechanical
-families. Within one family, loci are tried in source order.
+`ORDER` is the backward search order of the rules proposer: the rewritable families by rank, so that
+mechanisms that sit on top of others come off first (a cache hint wraps a load, so it goes before
+the vectorized load it wraps; compiler annotations before the code structure they annotate). Within
+one family, loci are tried in source order.
 """
 from __future__ import annotations
 
@@ -13,48 +15,53 @@ import importlib
 import pkgutil
 from collections import OrderedDict
 
-from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable
+from klineage.mechanisms.base import Applied, Family, Feature, Kernel, Mechanism, NotApplicable
 
-ORDER = (
-    "cache_hint", "fast_math", "launch_bounds", "unroll", "restrict", "coarsening",
-    "smem_padding", "vector_access", "warp_reduction", "smem_staging",
-)
-# where the discovered families sit in the registry: the rewritable families in ORDER, then the
-# structural ones in this order; a family module not named here comes after, by module name
-_STRUCTURAL_ORDER = (
-    "tensor_core_mma", "wgmma", "async_copy", "tma", "multistage_buffer", "warp_specialization",
-    "online_softmax", "smem_swizzle", "register_tiling", "thread_block_cluster", "declared",
-)
 FAMILIES_PACKAGE = "klineage.mechanisms.families"
+DECLARED_RANK = 1000  # the ladder-only families rank after every family module
 
 
 def family_modules() -> list[str]:
-    """The family modules under klineage.mechanisms.families (a module, or a package's __init__), in
-    registry order; a name starting with `_` holds shared helpers, not a family."""
+    """The family modules under klineage.mechanisms.families (a module, or a package's __init__), by
+    name; a name starting with `_` holds shared helpers, not a family."""
     pkg = importlib.import_module(FAMILIES_PACKAGE)
-    names = [m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
-    rank = {n: i for i, n in enumerate((*ORDER, *_STRUCTURAL_ORDER))}
-    return sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
+    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
 
 
-def _load(module: str) -> list[Mechanism]:
-    """A family module's mechanisms: its Mechanism subclasses with a NAME defined there (not
-    imported), in definition order."""
-    mod = importlib.import_module(f"{FAMILIES_PACKAGE}.{module}")
-    return [obj() for obj in vars(mod).values()
-            if isinstance(obj, type) and issubclass(obj, Mechanism) and obj is not Mechanism
-            and obj.__module__ == mod.__name__ and obj.NAME]
+def family_specs() -> dict[str, Family]:
+    """Every family by name, in rank order: each family module's FAMILY, then declared.toml's."""
+    from klineage.mechanisms.declared import declared_families
+    found: list[Family] = []
+    for module in family_modules():
+        mod = importlib.import_module(f"{FAMILIES_PACKAGE}.{module}")
+        fam = getattr(mod, "FAMILY", None)
+        if not isinstance(fam, Family):
+            raise RuntimeError(f"{mod.__name__} declares no FAMILY = Family(...): every module of "
+                               f"{FAMILIES_PACKAGE} is one family (shared helpers go in a module named _NAME)")
+        found.append(fam)
+    found += declared_families(importlib.import_module(FAMILIES_PACKAGE).__path__, DECLARED_RANK)
+    out: dict[str, Family] = {}
+    for fam in sorted(found, key=lambda f: (f.rank, f.name)):
+        if fam.name in out:
+            raise RuntimeError(f"two families named {fam.name}: give each family its own NAME")
+        out[fam.name] = fam
+    return out
 
 
 def registry() -> dict[str, Mechanism]:
-    """Every mechanism by NAME: the rewritable families in ORDER, then the structural detectors."""
-    out: dict[str, Mechanism] = {}
-    for module in family_modules():
-        for m in _load(module):
-            if m.NAME in out:
-                raise RuntimeError(f"two mechanisms named {m.NAME}: give each family its own NAME")
-            out[m.NAME] = m
-    return out
+    """Every mechanism by NAME, one per family, in rank order."""
+    return {name: fam.mechanism() for name, fam in family_specs().items()}
+
+
+def order() -> tuple[str, ...]:
+    """The rules proposer's backward order: the families with a rewritable form, by rank."""
+    return tuple(name for name, fam in family_specs().items() if fam.rewritable)
+
+
+def __getattr__(name: str):
+    if name == "ORDER":  # computed: a family module added is in the order
+        return order()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _DETECTED: OrderedDict[str, tuple[Feature, ...]] = OrderedDict()
@@ -117,4 +124,5 @@ def detect_seen(source: str | Kernel) -> Features:
     return Features(hit, k.source)
 
 
-__all__ = ["Applied", "Feature", "Features", "Kernel", "Mechanism", "NotApplicable", "ORDER", "registry", "detect_all", "detect_seen"]
+__all__ = ["Applied", "Family", "Feature", "Features", "Kernel", "Mechanism", "NotApplicable", "ORDER", "family_specs",
+           "order", "registry", "detect_all", "detect_seen"]

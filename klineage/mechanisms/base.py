@@ -105,10 +105,6 @@ class Mechanism:
     # How a compiler-evidence site meets a source feature of the family: "lines" (the site's lines fall
     # in the feature's span) or "function" (the site is in the feature's function, or inlined there).
     COMPILED_MATCH: ClassVar[str] = "lines"
-    # Families a shape rewriter's structural step for this mechanism writes with it (audit_structural):
-    # a register cache's row is a compile-time per-thread count, which the coarsening detector reads.
-    # A ladder rung bundling the two is still two steps (its compound step peels the other off first).
-    WRITTEN_WITH: ClassVar[tuple[str, ...]] = ()
 
     def detect(self, k: Kernel) -> list[Feature]:
         raise NotImplementedError
@@ -134,3 +130,87 @@ class Mechanism:
 
     def _find(self, k: Kernel, feature: Feature) -> Feature | None:
         return next((f for f in self.detect(k) if f.key == feature.key), None)
+
+
+# What a family's mechanism can address: the bottleneck classes of klineage.apply.retrieve.bottleneck_of
+BOTTLENECKS = ("memory", "compute", "latency")
+# How a family's mechanism is written into a kernel: its own reoptimize, or a shape rewriter's
+# structural rewrite (klineage.mechanisms.shapes)
+FORWARD = ("reoptimize", "shape")
+
+
+@dataclass(frozen=True)
+class Form:
+    """A source form a family recognises. `rewritable`: its deoptimize takes it (Mechanism.detect,
+    what the rules walk proposes); otherwise it is seen only (Mechanism.detect_more): the audits and
+    `klineage features` count it, no rule removes it."""
+    text: str
+    rewritable: bool = True
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything KLineage knows about one mechanism family, declared once (a family module's
+    `FAMILY = Family(...)`, or an entry of families/declared.toml). Detection, the audits, the walk,
+    lift, retrieval, admission and the docs read it; nothing outside klineage.mechanisms names a
+    family.
+
+    mechanism     the Mechanism subclass: NAME, DESCRIPTION, PRECONDITIONS (what must hold, by
+                  category), the detector(s) and rewrites
+    rank          the family's place in the registry; among the rewritable families, the rules
+                  walk's backward order (what sits on top of another comes off first)
+    forms         the source forms it recognises, each rewritable or seen only; () for a family only a
+                  ladder or an LLM names (no detector)
+    compiler      what its compiler-evidence signature (Mechanism.compiled) reads in the PTX; "" when
+                  the compiler cannot see it
+    forward       how the mechanism is written in: ("reoptimize",), ("shape",), both, or ()
+    anchor_query  the tree-sitter query of the code it sits on, shown on a skill card's anchor; "" when
+                  no single query names it
+    addresses     the bottleneck classes (BOTTLENECKS) it relieves: retrieval's bottleneck term
+    rules         names of the static precondition rules (klineage.mechanisms.static.RULES) that
+                  read its soundness off the richer kernel
+    hardware      names of the hardware needs (klineage.mechanisms.static.HARDWARE) it may carry
+    conflicts     (anchor, mechanism): what addresses the same cost in an incompatible way
+    companions    mechanisms that enter a kernel with it in one step (a pipeline's copies and stages)
+    replaces      mechanisms it takes over when it enters (asynchronous copies replace register staging)
+    covers        names a ladder may declare for it (a ladder's `smem_tiling` is smem_staging)
+    written_with  families a shape rewriter's structural step for it writes along (a register cache's
+                  row count is a per-thread count, which the coarsening detector reads)
+    scope         the targets (klineage.gate.compile.ARCHS) whose hardware has it; () for every target
+    """
+    mechanism: type[Mechanism]
+    rank: int
+    forms: tuple[Form, ...] = ()
+    compiler: str = ""
+    forward: tuple[str, ...] = ()
+    anchor_query: str = ""
+    addresses: frozenset[str] = frozenset()
+    rules: tuple[str, ...] = ()
+    hardware: tuple[str, ...] = ()
+    conflicts: tuple[tuple[str, str], ...] = ()
+    companions: frozenset[str] = frozenset()
+    replaces: tuple[str, ...] = ()
+    covers: tuple[str, ...] = ()
+    written_with: tuple[str, ...] = ()
+    scope: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.mechanism.NAME
+
+    @property
+    def description(self) -> str:
+        return self.mechanism.DESCRIPTION
+
+    @property
+    def preconditions(self) -> dict[str, list[dict]]:
+        return self.mechanism.PRECONDITIONS
+
+    @property
+    def rewritable(self) -> bool:
+        """Whether the rules walk can take the mechanism out (some form is rewritable)."""
+        return any(f.rewritable for f in self.forms)
+
+    def builds_for(self, arch: str) -> bool:
+        """Whether a target has the mechanism's hardware (an arch outside `scope` does not)."""
+        return not self.scope or arch in self.scope

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import re
-import weakref
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -286,13 +285,13 @@ class Scan:
                 if lp.body.start_byte <= node.start_byte and node.end_byte <= lp.body.end_byte]
 
 
-_SCANS: "weakref.WeakKeyDictionary[Kernel, Scan]" = weakref.WeakKeyDictionary()
-
-
 def scan(k: Kernel) -> Scan:
-    s = _SCANS.get(k)
+    """The kernel's scan, made once and kept on the kernel: it lives exactly as long as the kernel (a
+    table keyed by kernel would keep every kernel, and its syntax tree, alive through the scan's own
+    reference to it)."""
+    s = k.__dict__.get("_codescan")
     if s is None:
-        s = _SCANS[k] = Scan(k)
+        s = k.__dict__["_codescan"] = Scan(k)
     return s
 
 

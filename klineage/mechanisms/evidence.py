@@ -17,7 +17,7 @@ import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from klineage.gate.compile import DEFAULT_ARCH
+from klineage.gate.compile import DEFAULT_ARCH, compiler_messages
 from klineage.mechanisms import detect_seen, registry
 from klineage.mechanisms.base import Feature, Kernel, detail, squash
 from klineage.mechanisms.compiled import CompiledKernel, Site, compile_kernel
@@ -66,7 +66,7 @@ class Evidence:
 
 
 _CACHE: OrderedDict[str, Evidence] = OrderedDict()
-_CACHE_MAX = 256
+_CACHE_MAX = 16  # an Evidence holds its parsed PTX (tens of MB for a large kernel): a walk reuses the last few
 
 
 def evidence(source: str | Kernel, arch: str = DEFAULT_ARCH, compiler: bool = True) -> Evidence:
@@ -223,7 +223,9 @@ def features_report(source: str, arch: str = DEFAULT_ARCH, compiler: bool = True
     if not compiler:
         status = {"ok": False, "error": "not asked (--source-only)"}
     elif ck is None or not ck.ok:
-        status = {"ok": False, "error": ev.compiler_error or "the source does not compile to PTX"}
+        status = {"ok": False, "arch": arch, "error": ev.compiler_error or "the source does not compile to PTX",
+                  "error_kind": ck.result.error_kind if ck is not None else None,
+                  "messages": compiler_messages(ck.result.log) if ck is not None else []}
     else:
         status = {"ok": True, "error": ev.compiler_error, "arch": arch, "nvcc": ck.result.nvcc_version,
                   "cached": ck.result.cached}

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from klineage.mechanisms import Applied, Kernel, detect_all, registry
 from klineage.mechanisms import shapes
-from klineage.mechanisms.audit import audit_structural
+from klineage.gate.compile import DEFAULT_ARCH
+from klineage.mechanisms.audit import audit_structural, match_features, seen
 from klineage.records import SkillCard, to_plain
+
+
+def holds(features, arch: str = DEFAULT_ARCH) -> set[str]:
+    """The mechanisms a kernel holds, by the evidence `klineage features` prints (its source forms and
+    the compiler's evidence for `arch`), for the kernel a detect_all list was read from."""
+    return {f.feature.mechanism for f in seen(features, arch)[0]}
 
 
 def has_forward_rewrite(mechanism: str, structural: bool = True) -> bool:
@@ -25,14 +32,18 @@ def shape_config(card: SkillCard | None) -> dict:
 
 
 def rewrite_for(mechanism: str, source: str, requires: list[str], config: dict | None = None,
-                card: SkillCard | None = None, workload=None, structural: bool = True) -> tuple[str, dict] | None:
+                card: SkillCard | None = None, workload=None, structural: bool = True,
+                arch: str = DEFAULT_ARCH) -> tuple[str, dict] | None:
     """M's forward rewrite on `source` if it adds M (and nothing else) where `requires` hold: the
     family's reoptimize (with `config`, a card's example configuration, first), else (with
-    `structural`) a shape rewriter's structural rewrite with the parameters of `card`."""
+    `structural`) a shape rewriter's structural rewrite with the parameters of `card`. What `source`
+    holds is read as `klineage features` reads it (every source form, the compiler's evidence for
+    `arch`) and what the shape recognisers read; a rewritten kernel keeps every feature it had, each
+    itself (klineage.mechanisms.audit.match_features), and adds only M."""
     mech = registry().get(mechanism)
     if mech is not None and not mech.STRUCTURAL:
-        base = {f.key for f in detect_all(source)}
-        if set(requires) <= {m for m, _ in base} | shapes.shape_mechanisms(source, workload):
+        base = detect_all(source)
+        if set(requires) <= holds(base, arch) | shapes.shape_mechanisms(source, workload):
             for cfg in ([config] if config else []) + [None]:
                 try:
                     res = mech.reoptimize(Kernel(source), None, cfg)
@@ -40,9 +51,8 @@ def rewrite_for(mechanism: str, source: str, requires: list[str], config: dict |
                     continue
                 if not isinstance(res, Applied):
                     continue
-                new = {f.key for f in detect_all(res.source)}
-                added = new - base
-                if base <= new and added and all(m == mechanism for m, _ in added):
+                gone, added, _ = match_features(base, detect_all(res.source))
+                if not gone and added and all(m == mechanism for m, _ in added):
                     return res.source, {"locus": res.locus, "config": res.config, "added": sorted(map(list, added))}
     if not structural or not shapes.knows(mechanism):
         return None
@@ -51,11 +61,12 @@ def rewrite_for(mechanism: str, source: str, requires: list[str], config: dict |
     if not isinstance(res, Applied):
         return None
     feats, shape_before = detect_all(source), shapes.shape_mechanisms(source, workload)
-    if not set(requires) <= {f.mechanism for f in feats} | shape_before:
+    if not set(requires) <= holds(feats, arch) | shape_before:
         return None
     after = detect_all(res.source)
     known = {m.NAME for m in registry().values() if m.DETECTABLE}
-    au = audit_structural(feats, after, mechanism, known, shape_before, shapes.shape_mechanisms(res.source, workload))
+    au = audit_structural(feats, after, mechanism, known, shape_before, shapes.shape_mechanisms(res.source, workload),
+                          arch)
     if not au["ok"]:
         return None
     added = sorted(list(k) for k in {f.key for f in after} - {f.key for f in feats} if k[0] == mechanism)

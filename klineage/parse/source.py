@@ -16,20 +16,6 @@ from klineage.parse.text import split_top_level, strip_comments
 
 CATEGORIES = ("data_types", "layout", "storage", "pipeline", "hardware")
 PROBES = ("misaligned_base", "ragged_size", "large_magnitude", "tiny_size")
-KIB = 1024
-
-# Shared memory per block, from the CUDA C++ Programming Guide's per-arch figures (technical
-# specifications per compute capability): a static `__shared__` allocation is limited to 48 KiB;
-# dynamic shared memory above 48 KiB needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize), up to
-# the opt-in maximum below.
-SMEM_STATIC_LIMIT = 48 * KIB
-SMEM_OPTIN_MAX = {"sm_80": 163 * KIB, "sm_86": 99 * KIB, "sm_89": 99 * KIB, "sm_90": 227 * KIB,
-                  "sm_100": 227 * KIB, "sm_120": 99 * KIB}
-# Observed, not in the guide: ptxas (nvcc 13.0) accepts static shared memory up to the opt-in
-# maximum for the arch-specific sm_90a target ("0x38c00 max"; 0xc000 for sm_90 and the others), and
-# an H200 launches a 227 KiB static kernel built for sm_90a without any attribute.
-SMEM_STATIC_LIMIT_BY_TARGET = {"sm_90a": 227 * KIB}
-SMEM_TARGETS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120")
 
 ELEMENT_BYTES = {"float": 4, "double": 8, "int": 4, "unsigned int": 4, "unsigned": 4, "uint32_t": 4,
                  "int32_t": 4, "int64_t": 8, "uint64_t": 8, "long long": 8, "unsigned long long": 8, "short": 2,
@@ -277,6 +263,39 @@ def _names(items, limit: int = 6) -> str:
 
 _LAUNCH = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}]*?>)?\s*<<<\s*([^;]*?)>>>")
 _BLOCKDIM = re.compile(r"\bblockDim\s*=\s*(?:dim3\s*)?\(?([^;]*?)\)?\s*;")
+
+
+_LAUNCH_CONFIG = re.compile(r"\b(gridDim|blockDim)\s*=\s*([^;]*?)\s*;")
+
+
+def launch_shapes(source: str) -> list[tuple[str, str]]:
+    """(grid, block) of each launch the host code writes, in file order, whitespace dropped: the
+    first two arguments of `k<<<grid, block, ...>>>` (a plain variable replaced by its last definition
+    before the launch: `dim3 grid(n / 4)`, `int threads = 256`), and a launch configuration's
+    `gridDim = ...` / `blockDim = ...` (cudaLaunchKernelEx). What a version changes when it reshapes
+    its launch."""
+    code, _ = strip_comments(source)
+    flat = lambda t: "".join(t.split())  # noqa: E731
+
+    def resolve(arg: str, at: int) -> str:
+        if not re.fullmatch(r"[A-Za-z_]\w*", arg):
+            return flat(arg)
+        defs = list(re.finditer(rf"\b(?:dim3|(?:const\s+)?(?:unsigned\s+)?(?:int|long|size_t|auto))\s+{arg}\s*"
+                                rf"(?:\(([^;]*)\)|=\s*([^;]*)|\{{([^;]*)\}})\s*;", code[:at]))
+        if not defs:
+            return arg
+        d = defs[-1]
+        return flat(next(g for g in d.groups() if g is not None))
+
+    out = []
+    for m in _LAUNCH.finditer(code):
+        args = split_top_level(m.group(2))
+        if len(args) >= 2:
+            out.append((resolve(args[0], m.start()), resolve(args[1], m.start())))
+    configs = [(k, flat(v)) for k, v in _LAUNCH_CONFIG.findall(code)]
+    grids, blocks = [v for k, v in configs if k == "gridDim"], [v for k, v in configs if k == "blockDim"]
+    out += list(zip(grids, blocks))
+    return out
 
 
 def launch_blocks(src: Src, kernels: set[str]) -> list[tuple[int, str]]:

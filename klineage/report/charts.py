@@ -116,44 +116,66 @@ def speedup_bars(path: Path, labels: list[str], speedups: list[float], title: st
     return _save(fig, path)
 
 
+GROUPED_MAX_WIDTH = 11.0  # inches: a wider figure is scaled down to the page, and its text with it
+
+
 def grouped_bars(path: Path, groups: list[str], conditions: list[str], values: dict[tuple[str, str], float],
                  title: str, ylabel: str, intervals: dict[tuple[str, str], tuple[float, float]] | None = None) -> Path:
-    """Bars per group (x) and condition (colour); values[(group, condition)], missing pairs left out;
-    `intervals[(group, condition)]` = (low, high) drawn as error bars where given."""
+    """Bars per group (x) and condition (colour, one of its own per condition); values[(group,
+    condition)], missing pairs left out; `intervals[(group, condition)]` = (low, high) drawn as error
+    bars where given. The legend (above the plot, in the page's text size) names every condition, a
+    condition without a bar marked "(no result)". The figure is at most GROUPED_MAX_WIDTH wide, so the
+    page never scales its text down."""
+    from matplotlib.patches import Patch
     intervals = intervals or {}
+    colors = _distinct_colors(len(conditions))
     with matplotlib.rc_context(_RC):
-        fig = _figure(max(6.0, 0.9 * len(groups) * max(1, len(conditions)) ** 0.5 + 2.5), 4.0)
+        fig = _figure(min(GROUPED_MAX_WIDTH, max(6.0, 0.55 * len(groups) * max(1, len(conditions)) ** 0.5 + 2.5)), 4.6)
         ax = fig.add_subplot()
         width = 0.8 / max(1, len(conditions))
+        handles = []
         for j, cond in enumerate(conditions):
             xs = [i + (j - (len(conditions) - 1) / 2) * width for i, g in enumerate(groups) if (g, cond) in values]
             keys = [(g, cond) for g in groups if (g, cond) in values]
             ys = [values[k] for k in keys]
-            ax.bar(xs, ys, width=width, label=cond, color=_COLORS[j % len(_COLORS)])
+            if xs:
+                ax.bar(xs, ys, width=width, color=colors[j])
+            handles.append(Patch(facecolor=colors[j], label=cond if xs else f"{cond} (no result)"))
             bars = [(x, values[k], intervals[k]) for x, k in zip(xs, keys) if k in intervals]
             if bars:
                 ax.errorbar([b[0] for b in bars], [b[1] for b in bars],
                             yerr=[[b[1] - b[2][0] for b in bars], [b[2][1] - b[1] for b in bars]],
                             fmt="none", ecolor="#24292f", elinewidth=0.8, capsize=2)
         ax.axhline(1.0, color="#57606a", linewidth=0.8, linestyle="--")
-        ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right", fontsize=7.5)
+        ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right", fontsize=8.5)
         ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=7.5)
+        ax.set_title(title, fontsize=11)
+        ax.legend(handles=handles, fontsize=9, loc="lower center", bbox_to_anchor=(0.5, 1.08),
+                  ncol=min(len(handles), 5), frameon=False)
     return _save(fig, path)
+
+
+def _distinct_colors(n: int) -> list[str]:
+    """n colours, no two alike: the palette, then evenly spaced hues past its length."""
+    if n <= len(_COLORS):
+        return list(_COLORS[:n])
+    import colorsys
+    extra = [colorsys.hsv_to_rgb((k / (n - len(_COLORS))) % 1.0, 0.65, 0.75) for k in range(n - len(_COLORS))]
+    return list(_COLORS) + ["#%02x%02x%02x" % tuple(int(255 * c) for c in rgb) for rgb in extra]
 
 
 def curves(path: Path, series: dict[str, list[float | None]], title: str, xlabel: str, ylabel: str,
            baseline: tuple[str, float] | None = None) -> Path:
     """One line per series over x = 0, 1, ... (None values left out); `baseline` (label, y) drawn as a
     dashed horizontal line."""
+    colors = _distinct_colors(len(series))
     with matplotlib.rc_context(_RC):
         fig = _figure(6.5, 3.6)
         ax = fig.add_subplot()
         for j, (label, ys) in enumerate(series.items()):
             pts = [(x, y) for x, y in enumerate(ys) if y is not None]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, linewidth=1.2, label=label,
-                    color=_COLORS[j % len(_COLORS)])
+                    color=colors[j])
         if baseline is not None:
             ax.axhline(baseline[1], color="#57606a", linewidth=0.8, linestyle="--", label=baseline[0])
         n = max((len(ys) for ys in series.values()), default=1)
@@ -161,5 +183,5 @@ def curves(path: Path, series: dict[str, list[float | None]], title: str, xlabel
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=7.5)
+        ax.legend(fontsize=9)
     return _save(fig, path)

@@ -12,7 +12,8 @@ Layout of ``out_dir``::
 from __future__ import annotations
 
 import difflib
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from pathlib import Path
 from statistics import median
 
@@ -96,6 +97,38 @@ def _case_labels(lin: dict) -> list[str]:
     return [f"case {i + 1}" for i in range(n)]
 
 
+_LOOP_RE = re.compile(r"for\s*\(\s*(?:[\w:<>]+\s+)?(\w+)\s*=[^;]*;\s*([^;]*?)\s*(?:;|$)")
+
+
+def step_label(t: dict, where: bool) -> str:
+    """A chart's label for a step read forward: `+MECHANISM [STEP]`, and when the walk adds the
+    mechanism more than once (`where`), the place it acts, shortened, with its first line in the
+    richer kernel: a loop by its variable and condition (`+unroll nt<8 L120 [51]`), a load or store by
+    its operand (`+vector_access store p L88 [54]`), anything else by its locus past the function."""
+    mech, step = t["mechanism"], t["step"]
+    if not where:
+        return f"+{mech} [{step}]"
+    locus = str(t.get("locus") or "")
+    parts = locus.split(":", 2)
+    what = re.sub(r"#\d+$", "", parts[-1] if len(parts) > 1 else locus)
+    kind = parts[1] if len(parts) == 3 else ""
+    loop = _LOOP_RE.search(what)
+    if loop:
+        cond = "".join(loop.group(2).split())
+        what = cond if cond.startswith(loop.group(1)) else f"{loop.group(1)}:{cond}" if cond else loop.group(1)
+    elif kind in ("load", "store"):
+        inner = re.search(r"\(([^()]*)\)\s*$", what)  # a cast's operand: reinterpret_cast<float2*>(p) -> p
+        what = f"{kind} {inner.group(1) if inner else what}"
+    what = " ".join(what.split())
+    if what == mech:
+        what = ""
+    if len(what) > 16:
+        what = what[:14] + ".."
+    feat = next((f for f in t.get("features_richer", []) if f.get("mechanism") == mech and f.get("locus") == locus), None)
+    line = f" L{feat['lines'][0]}" if feat and feat.get("lines") else ""
+    return " ".join(filter(None, [f"+{mech}", what, line.strip(), f"[{step}]"]))
+
+
 def _forward_walk(lin: dict, sources: dict[str, str | None], skill_of: dict[str, list[dict]]) -> dict:
     """The lineage read forward: states simplest first, and each step as the mechanism it adds."""
     states = list(reversed(lin["states"]))
@@ -111,7 +144,8 @@ def _forward_walk(lin: dict, sources: dict[str, str | None], skill_of: dict[str,
         })
     first = states[0] if states else {}
     start_label = Path(first["origin"]).stem if first.get("origin") else "simplest"
-    labels = [start_label] + [f"+{s['t']['mechanism']} [{s['t']['step']}]" for s in steps]
+    repeated = Counter(s["t"]["mechanism"] for s in steps)
+    labels = [start_label] + [step_label(s["t"], repeated[s["t"]["mechanism"]] > 1) for s in steps]
     series = []
     for k, case in enumerate(cases):
         lat = [s["latency_us"][k] if k < len(s.get("latency_us", [])) else float("nan") for s in states]

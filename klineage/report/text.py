@@ -22,6 +22,47 @@ def table(headers: list[str], rows: list[list], right: tuple[str, ...] = ()) -> 
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines() if line.strip() or False)
 
 
+def shorten(text: str, width: int) -> str:
+    """`text` on one line, at most `width` characters, cut at a word (never inside one) with " ..."."""
+    import textwrap
+    text = " ".join(str(text).split())
+    if len(text) <= width:
+        return text
+    return textwrap.shorten(text, width, placeholder=" ...") if " " in text[:width] else text[:width - 4] + " ..."
+
+
+WIDTH = 160  # the widest line of text output people read
+
+
+def wrapped(text: str, indent: str = "", hanging: str = "    ", width: int = WIDTH) -> list[str]:
+    """`text` as lines of at most `width` characters, broken at spaces: the first line starts with
+    `indent`, the next with `indent + hanging`. A word longer than a line stays whole."""
+    import textwrap
+    text = str(text)
+    if len(indent) + len(text) <= width and "\n" not in text:
+        return [indent + text]  # as it is: its own spacing kept (aligned columns)
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + hanging,
+                         break_long_words=False, break_on_hyphens=False) or [indent]
+
+
+def wrap_markdown(md: str, width: int = WIDTH) -> str:
+    """Markdown for a terminal: each line longer than `width` outside code blocks broken at spaces,
+    a list item's continuation indented under its text (the markdown stays the same document)."""
+    import re
+    import textwrap
+    out, fence = [], False
+    for line in md.splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        if fence or len(line) <= width or line.lstrip().startswith("|"):
+            out.append(line)
+            continue
+        lead = re.match(r"\s*(?:(?:[-*+]|\d+\.|>)\s+)?", line).group(0)
+        out += textwrap.wrap(line[len(lead):], width, initial_indent=lead, subsequent_indent=" " * len(lead),
+                             break_long_words=False, break_on_hyphens=False)
+    return "\n".join(out)
+
+
 def _si(x: float, unit: str) -> str:
     for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
         if x >= scale:
@@ -55,9 +96,14 @@ def format_gate_stop(name: str, row: dict) -> str:
 
 
 def format_gate_result(name: str, res) -> str:
+    from klineage.gate.compile import compiler_messages, named
     lines = [f"{name}: {res.status.value} ({res.source})"]
-    if res.error_message:
-        lines.append(f"  reason: {res.error_message}")
+    said = compiler_messages((res.compile or {}).get("log", "")) if res.status.value == "COMPILE_ERROR" else []
+    if said:
+        lines.append("  nvcc says:")
+        lines += [f"    {named(m, name)}" for m in said]
+    elif res.error_message:
+        lines.append(f"  reason: {named(res.error_message, name)}")
     lines += _ptxas_lines(res.compile or {})
     for c in res.correctness:
         seeds = c["seeds"]
@@ -96,6 +142,10 @@ def format_workload(wl) -> str:
 def format_mine_summary(summary: dict) -> str:
     lines = []
     for l in summary["lineages"]:
+        if not l.get("stored", True):
+            lines.append(f"{l['workload']}/{l['proposer']}: not walked and not stored: the start kernel's evaluation has "
+                         "no record (listed below)")
+            continue
         lines.append(f"{l['workload']}/{l['proposer']} [{l['lineage_id'][:12]}]: {l['steps']} steps, "
                      f"{l['rejections']} rejections, {l['termination']}"
                      + (f" (left: {', '.join(l['remaining'])})" if l["remaining"] else ""))
@@ -105,16 +155,35 @@ def format_mine_summary(summary: dict) -> str:
     lines.append(f"evaluations: {ev['total']} " + ", ".join(f"{k} {v}" for k, v in sorted(ev["by_source"].items())))
     ph = summary["phases"]
     rate = ph["compile_cache_hit_rate"]
-    lines.append(f"wall {ph['wall_s']:.1f} s; compile {ph['compile_s']:.1f} s over {ph['compile_requests']} requests "
+    lines.append(f"wall {ph['wall_s']:.1f} s; gate builds {ph['compile_s']:.1f} s over {ph['compile_requests']} requests "
                  f"(cache hit rate {'-' if rate is None else f'{100 * rate:.0f}%'}); correctness "
                  f"{ph['correctness_s']:.1f} s; timing {ph['timing_s']:.1f} s")
+    if summary.get("nvcc"):
+        lines.append(format_nvcc_calls(summary["nvcc"]))
     lines.append(f"skills in the library: {len(summary['skills'])}")
+    for w in summary.get("warnings", []):
+        lines += wrapped(f"warning: {w}")
     if summary["missing"]:
         lines.append(f"NOT REPLAYED ({len(summary['missing'])} evaluations had no record):")
         for m in summary["missing"]:
             lines.append(f"  {m['workload']} kernel {m['kernel_hash'][:12]} "
                          f"({m.get('what') or m.get('origin') or 'derived'})")
     return "\n".join(lines)
+
+
+NVCC_PURPOSE = {"ptx": "compiler evidence", "build": "gate builds", "front_end": "sweep front end",
+                "compile_check": "compile scope"}
+
+
+def format_nvcc_calls(calls: dict) -> str:
+    """One line: every nvcc and ptxas process a run started, by purpose, their wall time, and the
+    answers that needed none (klineage.gate.compile.calls_since)."""
+    t = calls["total"]
+    parts = [f"{NVCC_PURPOSE.get(p, p)} {int(c['runs'])}" for p, c in calls.items() if p != "total" and c["runs"]]
+    saved = int(t["cached"] + t["recorded"])
+    return (f"nvcc and ptxas: {int(t['runs'])} runs, {t['seconds']:.1f} s" + (f" ({', '.join(parts)})" if parts else "")
+            + f"; {saved} answers without a run ({int(t['recorded'])} from shipped records, {int(t['cached'])} from "
+            "the build cache)")
 
 
 def format_lineage_row(l: dict) -> str:
@@ -124,26 +193,35 @@ def format_lineage_row(l: dict) -> str:
 
 
 def format_lineage(l: dict) -> str:
-    lines = [format_lineage_row(l), "states (0 = the starting kernel; each next state has one mechanism fewer):"]
+    lines = [*wrapped(format_lineage_row(l)), "states (0 = the starting kernel; each next state has one mechanism fewer):"]
     for st in l["states"]:
         lat = ", ".join(f"{x:.1f}" for x in st.get("latency_us", []))
         lines.append(f"  [{st['idx']}] {st['kernel_hash'][:12]} {st.get('status', '')} {lat and lat + ' us'}")
     lines.append("transitions (forward speedup = simpler / richer latency):")
     for t in l["transitions"]:
         sp = ", ".join(f"{e['speedup']:.3f}x" for e in t["effects"])
-        lines.append(f"  step {t['step']}: -{t['mechanism']} @ {t['locus']}  forward {sp}")
+        lines += wrapped(f"step {t['step']}: -{t['mechanism']} @ {t['locus']}  forward {sp}", "  ")
     if l["rejections"]:
         lines.append("rejections:")
         for r in l["rejections"]:
-            lines.append(f"  step {r['step']}: {r['mechanism']} @ {r['locus']}: {r['kind']}: {r['message'][:160]}")
+            lines += wrapped(f"step {r['step']}: {r['mechanism']} @ {r['locus']}: {r['kind']}: {shorten(r['message'], 300)}",
+                             "  ")
     return "\n".join(lines)
+
+
+def skill_summary(s: dict) -> dict:
+    """One skill (a store.skills() row) in brief: what `skills list` shows, as JSON."""
+    card = s["card"]
+    return {"skill_id": s["skill_id"], "name": s["name"], "mechanism": s["mechanism"],
+            "median_speedup": card["effects"]["median_speedup"], "steps": len(card["evidence"]),
+            "admission": (card.get("admission") or {}).get("status", "not_run"),
+            "platforms": list(card["scope"]["platforms"])}
 
 
 def format_skills_table(skills: list[dict]) -> str:
     """`skills list`: id, name, median speedup, steps of evidence, admission, platforms."""
-    rows = [[s["skill_id"], s["name"], f"{s['card']['effects']['median_speedup']:.3f}x", len(s["card"]["evidence"]),
-             (s["card"].get("admission") or {}).get("status", "not_run"), ", ".join(s["card"]["scope"]["platforms"])]
-            for s in skills]
+    rows = [[b["skill_id"], b["name"], f"{b['median_speedup']:.3f}x", b["steps"], b["admission"], ", ".join(b["platforms"])]
+            for b in map(skill_summary, skills)]
     return table(["id", "name", "median speedup", "steps", "admission", "platforms"], rows,
                  right=("median speedup", "steps"))
 
@@ -151,7 +229,8 @@ def format_skills_table(skills: list[dict]) -> str:
 def format_lineages_table(lins: list[dict]) -> str:
     """`lineage list`: id, workload, proposer, steps, rejections, termination (and what was left)."""
     rows = [[l["lineage_id"][:12], l["workload_name"], l["proposer"], len(l["transitions"]), len(l["rejections"]),
-             l["termination"] + (f" (left: {', '.join(l['remaining'])})" if l["remaining"] else "")] for l in lins]
+             shorten(l["termination"] + (f" (left: {', '.join(l['remaining'])})" if l["remaining"] else ""), 80)]
+            for l in lins]
     return table(["id", "workload", "proposer", "steps", "rejections", "termination"], rows,
                  right=("steps", "rejections"))
 
@@ -180,14 +259,18 @@ def format_skill_why(w: dict) -> str:
     lines = [f"{w['skill_id']}  {w['name']}  (admission: {w['admission']}; probing: {w['probing']})",
              "preconditions:"]
     for p in w["preconditions"] or []:
-        lines.append(f"  [{p['category']}] {p['condition']}")
-        lines.append(f"      {p['source']}: {p['evidence']} ({p['where']})")
+        lines += wrapped(f"[{p['category']}] {p['condition']}", "  ")
+        evidence = str(p["evidence"])
+        if evidence.startswith(f"{p['source']}: "):  # the evidence text names its kind already
+            evidence = evidence[len(p["source"]) + 2:]
+        lines += wrapped(f"{p['source']}: {evidence} ({p['where']})", "      ")
     if not w["preconditions"]:
         lines.append("  none")
     lines.append("risks:")
     for r in w["risks"]:
-        lines.append(f"  [{r['kind']}] {r.get('workload') or ''} {r.get('status') or ''}: {(r.get('message') or '')[:200]}"
-                     + (f" (probe {r['probe']})" if r.get("probe") else "") + (f" [{r['eval_key'][:12]}]" if r.get("eval_key") else ""))
+        lines += wrapped(f"[{r['kind']}] {r.get('workload') or ''} {r.get('status') or ''}: {shorten(r.get('message') or '', 200)}"
+                         + (f" (probe {r['probe']})" if r.get("probe") else "")
+                         + (f" [{r['eval_key'][:12]}]" if r.get("eval_key") else ""), "  ")
     if not w["risks"]:
         lines.append(f"  none: {w['risks_empty_reason']}")
     return "\n".join(lines)
@@ -440,10 +523,23 @@ def format_heldout(report: dict) -> str:
         names = ", ".join(f"{s['skill']}{' (kept)' if s['kept'] else ''} <- {'/'.join(s['mined_from']) or '?'}"
                           for s in su["skills"])
         out.append(f"  skills used {su['instance']}/{su['condition']}: {names[:300]}")
-    for key, label in (("not_run", "not run"), ("missing", "not replayed (no record)")):
-        for m in report[key]:
-            out.append(f"{label}: {m['instance']}/{m['condition']}: {m['reason'][:200]}")
+    out += not_run_lines(report)
     return "\n".join(out)
+
+
+def not_run_lines(report: dict) -> list[str]:
+    """What a held-out run did not run or replay: one line per condition and reason, counting the
+    instances it holds for (22 instances without a key are one line, not 22)."""
+    out = []
+    for key, label in (("not_run", "not run"), ("missing", "not replayed (no record)")):
+        groups: dict[tuple[str, str], list[str]] = {}
+        for m in report[key]:
+            groups.setdefault((m["condition"], m["reason"]), []).append(m["instance"])
+        for (cond, reason), names in groups.items():
+            reason = reason.removeprefix("not run: ")
+            where = f"{cond} on {names[0]}" if len(names) == 1 else f"{cond} on {len(names)} instances"
+            out += wrapped(f"{label}: {where}: {shorten(reason, 200)}")
+    return out
 
 
 def format_features(path: str, rep: dict) -> str:
@@ -454,31 +550,38 @@ def format_features(path: str, rep: dict) -> str:
     head = f"{path}: {len(rep['features'])} features"
     head += (f" (source {rep['counts']['source']}, compiler {rep['counts']['compiler']}, "
              f"both {rep['counts']['both']})")
-    lines = [head, f"  compiler evidence: {'PTX ' + c.get('arch', '') + ', nvcc ' + c.get('nvcc', '') if c['ok'] else 'none: ' + c['error']}"]
+    lines = [head]
+    if c.get("messages"):
+        lines.append(f"  compiler evidence: none: {path} does not compile for {c.get('arch') or 'its target'}; "
+                     "nvcc says:")
+        lines += [f"    {m}" for m in c["messages"]]
+    else:
+        lines.append(f"  compiler evidence: {'PTX ' + c.get('arch', '') + ', nvcc ' + c.get('nvcc', '') if c['ok'] else 'none: ' + c['error']}")
     for f in rep["features"]:
         a, b = f["lines"]
         where = f"L{a}" if a == b else f"L{a}-{b}"
         helper = f"  [in __device__ helper {f['helper']}" + (
             f", inlined into {', '.join(f['inlined_into'])}]" if f.get("inlined_into") else "]") if f.get("helper") else ""
-        lines.append(f"  {f['mechanism']:<20} {f['evidence']:<8} {where:<10} {f['locus']}{helper}")
+        lines += wrapped(f"{f['mechanism']:<20} {f['evidence']:<8} {where:<10} {f['locus']}{helper}", "  ", " " * 42)
         seen = []
         for s in f["compiler"]:
             text = f"{s['what']} @L{s['lines'][0]}" if s["lines"] else s["what"]
             if text not in seen:
                 seen.append(text)
         for text in seen[:3]:
-            lines.append(f"      ptx: {text}")
+            lines += wrapped(f"ptx: {text}", "      ")
         if len(seen) > 3:
             lines.append(f"      ptx: ... {len(seen) - 3} more")
     for fn in rep["functions"]:
         r = fn["resources"]
         res = (f"{r['registers']} registers, {r['shared_bytes']} B shared, spills {r['spill_store_bytes']}/"
                f"{r['spill_load_bytes']} B" if r else "no ptxas report")
-        lines.append(f"  {fn['kind']} {fn['function']}: {res}"
-                     + (f"; {', '.join(f'.{k} {v}' for k, v in fn['directives'].items())}" if fn["directives"] else ""))
+        lines += wrapped(f"{fn['kind']} {fn['function']}: {res}"
+                         + (f"; {', '.join(f'.{k} {v}' for k, v in fn['directives'].items())}" if fn["directives"] else ""),
+                         "  ")
         classes = ", ".join(f"{k} x{v['count']}" for k, v in fn["classes"].items())
         if classes:
-            lines.append(f"      {classes}")
+            lines += wrapped(classes, "      ", "")
     return "\n".join(lines)
 
 

@@ -22,6 +22,13 @@ _OPTIONAL_KEYS = {"recorded_at"}
 _TEXT_KEYS = ("eval_key", "kernel_hash", "workload_hash", "workload_name", "status")
 _EVAL_COLUMNS = ("eval_key", "kernel_hash", "workload_hash", "workload_name", "request_json", "status",
                  "result_json", "env_json", "gpu", "toolchain_json", "recorded_at")
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it and setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _validate_record(record: Any) -> dict:
     """Check a record's keys and value types; returns the row values by column name."""
     if not isinstance(record, dict):
@@ -214,6 +221,7 @@ class EvaluationRepository(Repository):
                     raw.write(gzip.compress(text, mtime=0) if p.suffix == ".gz" else text)
                     raw.flush()
                     os.fsync(raw.fileno())
+                os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; an export is an ordinary file
                 os.replace(tmp, p)
             except BaseException:
                 try:

@@ -40,3 +40,17 @@ def load_front_end(paths, replay: bool = False) -> int:
         for f in files:
             n += load_front_end_answers(f, replay=replay)
     return n
+
+
+def compiler_dir() -> Path:
+    """The compiler evidence recorded with the corpus (skills_db/compiler/: PTX with line info and
+    ptxas's report per kernel, *.ptx.jsonl.xz)."""
+    return settings.recorded_dir().parent / "compiler"
+
+
+def load_compiler_records(replay: bool = False, root: Path | None = None) -> int:
+    """Load the recorded compiler evidence (klineage.gate.compile.load_ptx_records: in a replay always,
+    else when this machine's nvcc made it); how many kernels it answers for."""
+    from klineage.gate.compile import PTX_SUFFIX, load_ptx_records
+    d = Path(root or compiler_dir())
+    return sum(load_ptx_records(f, replay=replay) for f in sorted(d.glob("*" + PTX_SUFFIX))) if d.is_dir() else 0

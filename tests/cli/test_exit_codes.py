@@ -84,6 +84,8 @@ CASES = [
     ("lineage show", ["nope", "--db", "{lib}"], ExitCode.BAD_INPUT),
     ("features", [str(ROW_SUM / "expert.cu"), "--source-only"], ExitCode.OK),
     ("features", ["{tmp}/no_such_kernel.cu"], ExitCode.BAD_INPUT),
+    ("doctor", ["--db", "{lib}"], ExitCode.OK),
+    ("doctor", ["--db", "{tmp}/no_such.duckdb"], ExitCode.BAD_INPUT),
     ("skills list", ["--db", "{lib}"], ExitCode.OK),
     ("skills show", ["wgmma", "--db", "{lib}"], ExitCode.OK),
     ("skills show", ["vector", "--db", "{lib}"], ExitCode.BAD_INPUT),

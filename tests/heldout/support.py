@@ -19,9 +19,8 @@ import sys
 from pathlib import Path
 
 from klineage.apply.materialize import tunables
-from klineage.apply.retrieve import PLATFORM_H200
 from klineage.store import open_store
-from tests.support.cards import case, skill_card
+from tests.support.cards import PLATFORM, case, skill_card
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "heldout"
@@ -32,7 +31,7 @@ REFERENCE_US = 100.0
 
 def _card(name: str, mechanism: str, workload: str, example: list[dict], provides: str) -> dict:
     return skill_card(name, mechanism, [case(workload, {"rows": 1024, "cols": 1024}, 1.3)],
-                      provides=[["test", provides]], example=example, platform=PLATFORM_H200)
+                      provides=[["test", provides]], example=example, platform=PLATFORM)
 
 
 def structural_cards() -> list[dict]:

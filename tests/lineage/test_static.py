@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from klineage.mechanisms.static import static_preconditions
-from klineage.parse.source import CATEGORIES, PROBES, SMEM_OPTIN_MAX
+from klineage.gate.compile import SMEM_OPTIN_MAX
+from klineage.parse.source import CATEGORIES, PROBES
 from klineage.mechanisms import detect_all
 
 ROOT = Path(__file__).resolve().parents[2]

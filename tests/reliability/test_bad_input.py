@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from klineage.cli import main
+from klineage.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 RNG = random.Random(7)
@@ -51,8 +52,9 @@ def test_binary_kernel_sources(tmp_path, content, needle):
     k.write_bytes(content)
     r = _run(["gate", str(k), "--workload", str(ROOT / "expert_kernels" / "row_sum"), "--db", str(tmp_path / "x.duckdb")])
     _one_line_error(r, needle)
-    r = _run(["apply", "--workload", str(ROOT / "expert_kernels" / "row_sum"), "--start", str(k),
-              "--db", str(tmp_path / "y.duckdb")])
+    lib = tmp_path / "y.duckdb"  # an existing database: a missing one is the first thing apply says
+    open_store(lib).close()
+    r = _run(["apply", "--workload", str(ROOT / "expert_kernels" / "row_sum"), "--start", str(k), "--db", str(lib)])
     _one_line_error(r, needle)
 
 

@@ -76,6 +76,8 @@ def test_reading_commands_refuse_a_missing_default_database(tmp_path, args):
     r, cwd = _cli(args, tmp_path)
     assert r.exit_code == 2, r.output
     line = r.output.strip()
+    if "--json" in args:  # the error as JSON, with the same line in it
+        line = json.loads(line)["error"]
     assert "\n" not in line and "no database at klineage.duckdb" in line and "--db" in line, r.output
     assert _files(cwd) == []  # no database, no folder, no report
 

@@ -217,6 +217,15 @@ def host_synced(kernel: str) -> str:
     return "\n".join(lines[:at] + ["    cudaDeviceSynchronize();"] + lines[at:]) + "\n"
 
 
+def _label(rich, simple, known: set[str]) -> str:
+    """What the walk records a rung's step as: the evidence's label (klineage.mechanisms.audit), which
+    names, with the rung's mechanism, the forms no rule takes off that the rung also added."""
+    from klineage.mechanisms import detect_all
+    from klineage.mechanisms.audit import audit_ladder_step
+    audit, mechs = audit_ladder_step(detect_all(rich.source), detect_all(simple.source), rich.mechanisms, known)
+    return "+".join(mechs) if audit["ok"] else rich.mechanism
+
+
 def mine_script(workload_dir: Path, rederived=None) -> dict:
     """The answers of a backward llm walk of the workload's ladder, expert.cu down to naive.cu: at
     each rung the step removing the mechanism that rung added (the next rung down as the simpler
@@ -266,7 +275,7 @@ def mine_script(workload_dir: Path, rederived=None) -> dict:
         replies.append({"when": [f'Re-apply the optimization "{mech}" at {locus}'], "note": "rederive",
                         "text": "The optimized kernel:\n\n" + _fenced(rederived(rich, simple) if rederived else rich.source)
                         + "\n"})
-        steps.append(mech)
+        steps.append(_label(rich, simple, known))
     done = {"when": [numbered(ladder[0].source) + "\n```"], "note": "done",
             "text": "```json\n" + json.dumps({"done": True, "reason": "a plain one-thread-per-element kernel: "
                                               "no optimization mechanism is left"}) + "\n```\n"}

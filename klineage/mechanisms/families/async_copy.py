@@ -1,6 +1,8 @@
 """Asynchronous global->shared copies, any engine (an umbrella over tma)."""
 from __future__ import annotations
 
+from klineage.gate.compile import targets_from
+from klineage.mechanisms.base import Family, Form
 from klineage.mechanisms.families._pipeline import (_BULK_COPY, _CP_API, _CP_ASYNC, _CP_GROUP, _CP_WAIT, _bulk_destination,
                                                     _bulk_loads, _stage_names, _stages)
 from klineage.mechanisms.structural import _joined, _lines, _ptx_sites, _Structural
@@ -11,9 +13,6 @@ class AsyncCopy(_Structural):
     DESCRIPTION = ("asynchronous global->shared copies, any engine: cp.async (and memcpy_async, the pipeline "
                    "primitives) or the TMA's bulk copies (also their own mechanism, tma)")
     ANCHOR = "global-to-shared copy"
-    # a copy engine filling shared memory takes over from the register path (smem_staging): a step
-    # adding asynchronous copies may take that staging away
-    REPLACES = ("smem_staging",)
     FILE_SIGNATURES = (r"cp\.async\.(ca|cg)\b", r"__pipeline_memcpy_async", r"cuda::memcpy_async",
                        r"cp\.async\.commit_group", r"cp\.async\.wait_group", r"cp\.async\.bulk\.tensor")
 
@@ -40,3 +39,23 @@ class AsyncCopy(_Structural):
                 return _bulk_destination(i) == "shared" and not i.has("prefetch")
             return (i.has("ca") or i.has("cg")) and any(p.startswith("shared") for p in i.parts)
         return _ptx_sites(self, ck, wanted)
+
+
+FAMILY = Family(
+    AsyncCopy, rank=220,
+    forms=(
+        Form("cp.async (.ca / .cg) copies, commit and wait groups in inline PTX", rewritable=False),
+        Form("__pipeline_memcpy_async, cuda::memcpy_async and the pipeline primitives", rewritable=False),
+        Form("bulk (TMA) copies into shared memory", rewritable=False),
+    ),
+    compiler="copies from global into shared memory that skip registers: cp.async.ca/.cg and bulk copies to shared",
+    forward=("shape",),
+    addresses=frozenset({"latency", "memory"}),
+    rules=("shared_memory",),
+    hardware=("tma", "cp.async"),
+    companions=frozenset({"multistage_buffer"}),
+    # a copy engine filling shared memory takes over from the register path (smem_staging): a step
+    # adding asynchronous copies may take that staging away
+    replaces=("smem_staging",),
+    scope=targets_from("sm_80"),
+)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail, number_loci, squash
+from klineage.mechanisms.base import Applied, Family, Feature, Form, Kernel, Mechanism, NotApplicable, detail, \
+    number_loci, squash
 from klineage.parse.syntax import Edit, node_path
 
 LOADS = ("__ldg", "__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv")
@@ -124,9 +125,11 @@ class CacheHint(Mechanism):
         if name in STORES and call.parent is not None and call.parent.type != "expression_statement":
             return NotApplicable("a hinted store used as a value cannot become an assignment statement")
         new = k.tree.edit([Edit(call.start_byte, call.end_byte, plain)])
-        return Applied(new, self.NAME, feature.locus, before=k.tree.text_of(call), after=plain,
-                       config={"intrinsic": name, "call": k.tree.text_of(call), "plain": plain,
-                               "function": feature.locus.split(":")[0]})
+        config = {"intrinsic": name, "call": k.tree.text_of(call), "plain": plain,
+                  "function": feature.locus.split(":")[0]}
+        if _same_address_elsewhere(k, call, squash(k.tree.text_of(argv[0]))):
+            config["line"] = k.lines(call)[0]  # the address is accessed elsewhere too: the hint goes back here
+        return Applied(new, self.NAME, feature.locus, before=k.tree.text_of(call), after=plain, config=config)
 
     def reoptimize(self, k: Kernel, locus: str | None = None, config: dict | None = None):
         config = config or {}
@@ -138,6 +141,8 @@ class CacheHint(Mechanism):
         fname, plain = config["function"], config["plain"]
         from klineage.parse.syntax import walk
         cands = [n for n in walk(k.tree.root) if n.type in ("pointer_expression", "assignment_expression")]
+        if config.get("line"):  # one of identical accesses: the one on the line it was taken from first
+            cands.sort(key=lambda n: k.lines(n)[0] != config["line"])
         for n in cands:
             if k.function_of(n) == fname and squash(k.tree.text_of(n)) == squash(plain):
                 new = k.tree.edit([Edit(n.start_byte, n.end_byte, config["call"])])
@@ -180,6 +185,23 @@ def _expressions(k: Kernel):
             and (n.type != "pointer_expression" or k.tree.text_of(n).startswith("*"))]
 
 
+def _address(k: Kernel, n) -> str:
+    """The address a plain access (`*a`, `p[i]`) reads, as a hint's argument would spell it."""
+    if n.type == "pointer_expression":
+        return squash(k.tree.text_of(n.child_by_field_name("argument")))
+    arr, idx = n.child_by_field_name("argument"), n.child_by_field_name("indices")
+    return squash(f"{k.tree.text_of(arr)} + {_paren(k.tree.text_of(idx)[1:-1].strip())}") if arr and idx else ""
+
+
+def _same_address_elsewhere(k: Kernel, call, addr: str) -> bool:
+    """Whether the function of a hinted call accesses its address anywhere else (hinted or plain)."""
+    fn = k.function_of(call)
+    plain = [n for n in _expressions(k) if k.function_of(n) == fn and _address(k, n).strip("()") == addr.strip("()")]
+    hinted = [c for _, (c, _, argv) in _hinted(k) if c != call and k.function_of(c) == fn
+              and squash(k.tree.text_of(argv[0])) == addr]
+    return bool(plain or hinted)
+
+
 def _root_ident(n):
     while n is not None and n.type != "identifier":
         n = n.child_by_field_name("left") or n.child_by_field_name("argument") or (
@@ -190,3 +212,20 @@ def _root_ident(n):
 def _is_write_target(n) -> bool:
     p = n.parent
     return p is not None and p.type == "assignment_expression" and p.child_by_field_name("left") == n
+
+
+FAMILY = Family(
+    CacheHint, rank=10,
+    forms=(
+        Form("a cache-hint intrinsic on a global access: __ldg, __ldcs, __ldcg, __ldca, __ldlu, __ldcv, __stcs, "
+             "__stcg, __stwt, __stwb"),
+        Form("hand-written PTX loads and stores with a cache operator", rewritable=False),
+        Form("a project macro over the intrinsics (#define LDG(p) __ldg(p))", rewritable=False),
+    ),
+    compiler="global loads and stores carrying the cache operator the source asked for",
+    forward=("reoptimize",),
+    anchor_query=("(call_expression function: (identifier) @callee (#match? @callee "
+                  '"^__(ld|st)(g|cs|cg|ca|lu|cv|wt|wb)$"))'),
+    addresses=frozenset({"memory"}),
+    rules=("readonly_loads",),
+)

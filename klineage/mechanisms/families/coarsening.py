@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import re
 
-from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail, number_loci
+from klineage.mechanisms.base import Applied, Family, Feature, Form, Kernel, Mechanism, NotApplicable, detail, \
+    number_loci
 from klineage.parse import semantics, syntax
 from klineage.parse.syntax import Edit, Node, walk
 
@@ -370,3 +371,18 @@ class Coarsening(Mechanism):
         rel_a, rel_b = a - node.start_byte, b - node.start_byte
         after = (node.text[:rel_a] + value.encode() + node.text[rel_b:]).decode().rstrip("\n")
         return Applied(new, self.NAME, locus, before=text, after=after, config=config)
+
+
+FAMILY = Family(
+    Coarsening, rank=60,
+    forms=(
+        Form("a per-thread count >= 2 (#define, constexpr, or template default) used as an array extent or a loop "
+             "bound"),
+        Form("a template parameter without a default carrying a per-thread count, its value from the file's one "
+             "instantiation", rewritable=False),
+        Form("a grid-stride loop (the index advances by a stride built from gridDim)", rewritable=False),
+    ),
+    forward=("reoptimize",),
+    anchor_query='(preproc_def name: (identifier) @name (#match? @name "(UNROLL|PER_THREAD|COARSEN|ILP|ITEMS)"))',
+    addresses=frozenset({"latency", "memory"}),
+)

@@ -8,7 +8,7 @@ to natural code too (any precise call with a fast counterpart).
 """
 from __future__ import annotations
 
-from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail
+from klineage.mechanisms.base import Applied, Family, Feature, Form, Kernel, Mechanism, NotApplicable, detail
 from klineage.parse.syntax import Edit
 
 # fast intrinsic -> (precise callee, arity); callee None means an arithmetic template.
@@ -180,3 +180,21 @@ class FastMath(Mechanism):
                 a, b = body.split(mid, 1)
                 out.append(f"{name}({a}, {b})")
         return out
+
+
+FAMILY = Family(
+    FastMath, rank=20,
+    forms=(
+        Form("a fast intrinsic in place of the precise call: __expf, __logf, __sinf, __cosf, __powf, __fdividef, "
+             "__frcp_rn, rsqrtf, __exp10f, __log2f, __tanf"),
+        Form("hand-written PTX approximations (tanh.approx, sin.approx, rcp.approx, ...; not ex2.approx)",
+             rewritable=False),
+        Form("a project macro over the intrinsics (#define FAST_EXP(x) __expf(x))", rewritable=False),
+    ),
+    compiler="approximate math (.approx) the source asked for, not the .ftz forms precise library calls use inside",
+    forward=("reoptimize",),
+    anchor_query=("(call_expression function: (identifier) @callee (#match? @callee "
+                  '"^(__expf|__logf|__fdividef|__frcp_rn|rsqrtf|__sinf|__cosf|__powf)$"))'),
+    addresses=frozenset({"compute"}),
+    rules=("dtype_intrinsics", "fast_math"),
+)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail
+from klineage.mechanisms.base import Applied, Family, Feature, Form, Kernel, Mechanism, NotApplicable, detail
 from klineage.parse import syntax
 from klineage.parse.syntax import Edit
 
@@ -135,3 +135,17 @@ def _launch_block(k: Kernel, name: str) -> str | None:
         return block
     lit = re.search(r"\b(?:const\s+)?int\s+" + block + r"\s*=\s*(\d+)\s*;", k.source)
     return lit.group(1) if lit else None  # a runtime variable cannot appear in the attribute
+
+
+FAMILY = Family(
+    LaunchBounds, rank=30,
+    forms=(
+        Form("__launch_bounds__(MAX_THREADS[, MIN_BLOCKS]) on a __global__ function"),
+        Form("launch bounds through a project macro (__global__ LAUNCH_BOUNDS(256) void f)", rewritable=False),
+    ),
+    compiler="the .maxntid / .minnctapersm directives of a kernel's PTX entry",
+    forward=("reoptimize",),
+    anchor_query="(function_definition (launch_bounds) @bounds)",
+    addresses=frozenset({"compute", "latency", "memory"}),
+    rules=("launch_bounds",),
+)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from klineage.mechanisms.base import Family, Form
 from klineage.mechanisms.codescan import Scan, assignments, base_name, identifiers
 from klineage.mechanisms.families._pipeline import _CP_WAIT, _stage_names, _stages
 from klineage.mechanisms.structural import _joined, _lines, _Structural
@@ -125,3 +126,17 @@ def _written_from_itself(s: Scan, fn, name: str) -> bool:
         if reads.search(text) or any(reads.search(defs.get(i, "")) for i in identifiers(rhs)):
             return True
     return False
+
+
+FAMILY = Family(
+    MultistageBuffer, rank=240,
+    forms=(
+        Form("a ring of shared stages indexed modulo (or masked by) a stage count", rewritable=False),
+        Form("a double buffer [2][...] picked by a toggled index", rewritable=False),
+        Form("a prefetch double buffer: one half written with the next tile while the other is read", rewritable=False),
+    ),
+    addresses=frozenset({"latency", "memory"}),
+    rules=("shared_memory",),
+    hardware=("cp.async",),
+    companions=frozenset({"async_copy"}),
+)

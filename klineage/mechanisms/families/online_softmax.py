@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from klineage.mechanisms.base import squash
+from klineage.mechanisms.base import Family, Form, squash
 from klineage.mechanisms.codescan import assignments, base_name, call_args, callee_name, identifiers, strip
 from klineage.mechanisms.structural import _Structural
 from klineage.parse.syntax import ancestors, walk
@@ -146,3 +146,14 @@ def _is_call(node, names: set[str]) -> bool:
 
 def _within(inner, outer) -> bool:
     return outer.start_byte <= inner.start_byte and inner.end_byte <= outer.end_byte
+
+
+FAMILY = Family(
+    OnlineSoftmax, rank=260,
+    forms=(
+        Form("a running maximum with a running sum rescaled by exp(old max - new max)", rewritable=False),
+    ),
+    forward=("shape",),
+    addresses=frozenset({"memory"}),
+    rules=("warp_mask", "dtype_intrinsics", "fast_math"),
+)

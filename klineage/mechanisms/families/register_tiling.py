@@ -1,7 +1,7 @@
 """Register tiles of accumulators: a per-thread array updated with products in a loop."""
 from __future__ import annotations
 
-from klineage.mechanisms.base import squash
+from klineage.mechanisms.base import Family, Form, squash
 from klineage.mechanisms.codescan import (MMA_CATEGORIES, Scan, assignments, base_name, call_args, callee_name,
                                           identifiers, qualified_callee, strip, subscripts)
 from klineage.mechanisms.families.online_softmax import _FMA_FNS, _is_call
@@ -188,3 +188,14 @@ def _self_plus_product(r, name: str) -> bool:
         return False
     x, y = r.child_by_field_name("left"), r.child_by_field_name("right")
     return (base_name(x) == name and _has_product(y)) or (base_name(y) == name and _has_product(x))
+
+
+FAMILY = Family(
+    RegisterTiling, rank=280,
+    forms=(
+        Form("a per-thread accumulator array acc[TM][TN] updated by outer-product FMAs in loops", rewritable=False),
+        Form("an array of MMA accumulator fragments (acc[MI][NI][4])", rewritable=False),
+    ),
+    forward=("shape",),
+    addresses=frozenset({"compute"}),
+)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail
+from klineage.mechanisms.base import Applied, Family, Feature, Form, Kernel, Mechanism, NotApplicable, detail
 from klineage.parse import syntax
 from klineage.parse.syntax import Edit
 
@@ -195,3 +195,17 @@ class Restrict(Mechanism):
 
 def _shift(e: Edit, by: int) -> Edit:
     return Edit(e.start - by, e.end - by, e.text)
+
+
+FAMILY = Family(
+    Restrict, rank=50,
+    forms=(
+        Form("__restrict__ or __restrict (or a macro defined as one) on a function's pointer parameters, in any "
+             "declarator style"),
+    ),
+    forward=("reoptimize",),
+    anchor_query=("(parameter_declaration declarator: (pointer_declarator (type_qualifier) @q (#eq? @q "
+                  '"__restrict__")))'),
+    addresses=frozenset({"memory"}),
+    rules=("restrict",),
+)

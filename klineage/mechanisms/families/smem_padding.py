@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail
+from klineage.mechanisms.base import Applied, Family, Feature, Form, Kernel, Mechanism, NotApplicable, detail
 from klineage.mechanisms.vector_forms import strip_parens
 from klineage.parse.syntax import Edit, enclosing_function, node_path, walk
 
@@ -175,3 +175,19 @@ class SmemPadding(Mechanism):
                            config={"function": fn, "array": name, "pad": pad})
         what = f"`{aname}`" if aname else "a 2-D shared array"
         return NotApplicable(f"no unpadded {what} to pad" + (f" in {fname}" if fname else ""))
+
+
+FAMILY = Family(
+    SmemPadding, rank=70,
+    forms=(
+        Form("a __shared__ array of two or more dimensions whose last extent is X + c (a literal or a padding-like "
+             "name)"),
+        Form("a flat tile with a padded row pitch (__shared__ T s[ROWS * (COLS + c)])", rewritable=False),
+    ),
+    forward=("reoptimize",),
+    anchor_query=("(declaration (type_qualifier) @q (array_declarator size: (binary_expression)) (#eq? @q "
+                  '"__shared__"))'),
+    addresses=frozenset({"memory"}),
+    rules=("shared_memory",),
+    conflicts=(("shared index", "smem_swizzle"),),
+)

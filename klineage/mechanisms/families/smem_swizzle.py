@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from klineage.mechanisms.base import Family, Form
 from klineage.mechanisms.codescan import Scan, base_name, callee_name, strip
 from klineage.mechanisms.families.online_softmax import _within
 from klineage.mechanisms.structural import _joined, _Structural
@@ -130,3 +131,16 @@ def _called_as_index(s: Scan, name: str) -> bool:
                     if a.type.endswith("_statement") or a.type == "declaration":
                         break
     return False
+
+
+FAMILY = Family(
+    SmemSwizzle, rank=270,
+    forms=(
+        Form("an XOR of a column (chunk) index with masked row bits, used as a shared-memory index", rewritable=False),
+        Form("TMA or wgmma-descriptor swizzle modes (128B, 64B, 32B)", rewritable=False),
+    ),
+    forward=("shape",),
+    addresses=frozenset({"memory"}),
+    rules=("shared_memory",),
+    conflicts=(("shared tile", "smem_padding"),),
+)

@@ -1,6 +1,8 @@
 """Tensor-core matrix multiply-accumulate, any flavour (an umbrella over wgmma)."""
 from __future__ import annotations
 
+from klineage.gate.compile import targets_from
+from klineage.mechanisms.base import Family, Form
 from klineage.mechanisms.families._pipeline import (_C_TYPES, _LDMATRIX, _MMA_PTX, _WMMA_API, _WMMA_BARE, _WMMA_FRAG,
                                                     _ptx_types, _wgmma_info)
 from klineage.mechanisms.structural import _joined, _lines, _ptx_sites, _Structural
@@ -46,3 +48,19 @@ class TensorCoreMMA(_Structural):
 
 def _is_mma(i) -> bool:
     return i.op == "mma" or (i.op == "wmma" and i.has("mma")) or (i.op == "wgmma" and i.has("mma_async"))
+
+
+FAMILY = Family(
+    TensorCoreMMA, rank=200,
+    forms=(
+        Form("WMMA fragments and calls (nvcuda::wmma)", rewritable=False),
+        Form("mma.sync with ldmatrix fragments in inline PTX", rewritable=False),
+        Form("warpgroup wgmma.mma_async", rewritable=False),
+    ),
+    compiler="mma.sync, wmma.mma.sync and wgmma.mma_async instructions",
+    forward=("shape",),
+    addresses=frozenset({"compute"}),
+    rules=("dtype_intrinsics",),
+    hardware=("wgmma", "setmaxnreg", "tcgen05", "mma.sync"),
+    scope=targets_from("sm_80"),
+)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from klineage.mechanisms.base import Feature, Kernel, Mechanism, detail
+from klineage.gate.compile import targets_from
+from klineage.mechanisms.base import Family, Feature, Form, Kernel, Mechanism, detail
 from klineage.mechanisms.structural import _ptx_sites
 from klineage.parse import syntax
 
@@ -90,3 +91,17 @@ class ThreadBlockCluster(_Signature):
                 if site is not None:
                     out.append(site)
         return out
+
+
+FAMILY = Family(
+    ThreadBlockCluster, rank=290,
+    forms=(
+        Form("the cluster API and attributes: this_cluster(), map_shared_rank, __cluster_dims__, the cluster "
+             "launch attribute", rewritable=False),
+    ),
+    compiler=("distributed shared memory and cluster operations (mapa, shared::cluster accesses, barrier.cluster, "
+              "%cluster_* registers) and the cluster shape directives"),
+    addresses=frozenset({"latency", "memory"}),
+    hardware=("cluster",),
+    scope=targets_from("sm_90"),
+)

@@ -1,6 +1,8 @@
 """The Tensor Memory Accelerator (sm_90): bulk tensor copies."""
 from __future__ import annotations
 
+from klineage.gate.compile import targets_from
+from klineage.mechanisms.base import Family, Form
 from klineage.mechanisms.families._pipeline import _BULK_COPY, _MBARRIER, _TMA_OTHER, _bulk_loads, _stage_names, _stages
 from klineage.mechanisms.structural import _joined, _lines, _ptx_sites, _Structural
 
@@ -28,3 +30,18 @@ class TMA(_Structural):
         """Bulk copies (cp.async.bulk, .tensor, cp.reduce.async.bulk) in either direction."""
         return _ptx_sites(self, ck, lambda i: i.op == "cp" and i.has("bulk") and not i.has("commit_group")
                           and not i.has("wait_group"))
+
+
+FAMILY = Family(
+    TMA, rank=230,
+    forms=(
+        Form("cp.async.bulk(.tensor) copies, CUtensorMap descriptors and mbarrier transaction counts",
+             rewritable=False),
+    ),
+    compiler="bulk copies (cp.async.bulk, .tensor, cp.reduce.async.bulk) in either direction",
+    forward=("shape",),
+    addresses=frozenset({"latency", "memory"}),
+    rules=("shared_memory",),
+    hardware=("tma",),
+    scope=targets_from("sm_90"),
+)

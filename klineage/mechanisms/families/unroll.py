@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail, number_loci, squash
+from klineage.mechanisms.base import Applied, Family, Feature, Form, Kernel, Mechanism, NotApplicable, detail, \
+    number_loci, squash
 from klineage.parse.syntax import Edit, node_path, walk
 
 _PRAGMA = re.compile(r"#\s*pragma\s+unroll\b\s*(\S*)")
@@ -113,3 +114,15 @@ def _invocation(text: str) -> str:
     m = re.match(r"\w+\s*\((?:[^()]|\([^()]*\))*\)", text)
     return m.group(0) if m else text
 
+
+FAMILY = Family(
+    Unroll, rank=40,
+    forms=(
+        Form("#pragma unroll [N] on a loop (taken out as #pragma unroll 1)"),
+        Form('a loop unrolled through a macro that carries _Pragma("unroll")', rewritable=False),
+    ),
+    forward=("reoptimize",),
+    anchor_query='((preproc_call) @pragma . (for_statement) @loop (#match? @pragma "unroll"))',
+    addresses=frozenset({"compute", "latency", "memory"}),
+    rules=("unroll",),
+)

@@ -31,7 +31,7 @@ aligned, and the host grid divided by the lane count. The per-thread count it in
 """
 from __future__ import annotations
 
-from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, squash
+from klineage.mechanisms.base import Applied, Family, Feature, Form, Kernel, Mechanism, NotApplicable, squash
 from klineage.mechanisms.vector_forms import (VECTOR_TYPES, _accesses, _helper_calls, _helper_defs, _other_forms,
                                               helper_name, helper_text, insert_at, line_start, paren, statement_of,
                                               top_level, vector_features)
@@ -183,3 +183,19 @@ class VectorAccess(Mechanism):
                        after=stmt_text.replace(k.tree.text_of(call), text, 1),
                        config={"kind": kind, "vector": vec, "function": fname, "helper": name,
                                "dropped_helper": dropped})
+
+
+FAMILY = Family(
+    VectorAccess, rank=80,
+    forms=(
+        Form("a dereference (*A, p[i], *(p + i)) of a pointer to a vector type (float4, float2, int4, uint4, "
+             "__half2, ...), also through a cache-hint intrinsic"),
+        Form("hand-written PTX .v2 / .v4 global loads and stores", rewritable=False),
+        Form("accesses through a pointer to an aligned pack struct", rewritable=False),
+    ),
+    compiler="global loads and stores of two or more lanes (.v2 / .v4) or 16 bytes (.b128)",
+    forward=("reoptimize", "shape"),
+    anchor_query="(pointer_expression argument: (_) @ptr) ; pointer of vector type (libclang)",
+    addresses=frozenset({"memory"}),
+    rules=("vector_cast", "dtype_intrinsics"),
+)

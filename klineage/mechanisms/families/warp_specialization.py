@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from klineage.mechanisms.base import Family, Form
 from klineage.mechanisms.codescan import COPY_CATEGORIES, MMA_CATEGORIES, Scan, assignments, base_name, identifiers
 from klineage.mechanisms.structural import _joined, _lines, _ptx_sites, _Structural
 from klineage.parse.syntax import walk
@@ -117,3 +118,16 @@ def _producer_consumer(s: Scan, branch) -> bool:
             return "producer"
         return "consumer" if c & MMA_CATEGORIES or not c & COPY_CATEGORIES else None
     return {role(sides[0]), role(sides[1])} == {"producer", "consumer"}
+
+
+FAMILY = Family(
+    WarpSpecialization, rank=250,
+    forms=(
+        Form("a branch on the warp(group) index splitting producers (copies) from consumers (MMAs)", rewritable=False),
+        Form("setmaxnreg register hand-over between roles", rewritable=False),
+    ),
+    compiler="setmaxnreg, the register hand-over between warp roles",
+    forward=("shape",),
+    addresses=frozenset({"compute", "latency"}),
+    hardware=("wgmma", "setmaxnreg", "tma"),
+)

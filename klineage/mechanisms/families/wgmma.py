@@ -1,6 +1,7 @@
 """Warpgroup MMA (sm_90a): the Hopper-specific tensor-core form."""
 from __future__ import annotations
 
+from klineage.mechanisms.base import Family, Form
 from klineage.mechanisms.families._pipeline import _wgmma_info
 from klineage.mechanisms.structural import _ptx_sites, _Structural
 
@@ -34,3 +35,17 @@ class Wgmma(_Structural):
     def compiled(self, ck) -> list:
         """wgmma.mma_async instructions."""
         return _ptx_sites(self, ck, lambda i: i.op == "wgmma" and i.has("mma_async"))
+
+
+FAMILY = Family(
+    Wgmma, rank=210,
+    forms=(
+        Form("wgmma.mma_async with wgmma.fence / commit_group / wait_group in inline PTX", rewritable=False),
+    ),
+    compiler="wgmma.mma_async instructions",
+    forward=("shape",),
+    addresses=frozenset({"compute"}),
+    rules=("shared_memory", "dtype_intrinsics"),
+    hardware=("wgmma",),
+    scope=("sm_90a",),
+)

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import re
 
-from klineage.parse.source import (ELEMENT_BYTES, KIB, SMEM_OPTIN_MAX, SMEM_STATIC_LIMIT,
-                                            SMEM_STATIC_LIMIT_BY_TARGET, SMEM_TARGETS, Region, Src, _names, _pre,
-                                            span, template_values)
+from klineage.gate.compile import KIB, SMEM_OPTIN_MAX, SMEM_STATIC_LIMIT, SMEM_STATIC_LIMIT_BY_TARGET, SMEM_TARGETS
+from klineage.parse.source import ELEMENT_BYTES, Region, Src, _names, _pre, span, template_values
 from klineage.parse.semantics import VECTOR_TYPES
 
 _CAST_TEXT = re.compile(r"reinterpret_cast\s*<[^<>]*>|\(\s*(?:const\s+)?\w+\s*(?:const\s*)?\*\s*\)")

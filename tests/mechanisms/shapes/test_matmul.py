@@ -10,7 +10,7 @@ import pytest
 
 from klineage.apply.materialize import TUNABLE_RE
 from klineage.gate.compile import compile_many
-from klineage.mechanisms.audit import COMPANIONS, audit_version
+from klineage.mechanisms.audit import audit_version, companions_of
 from klineage.mechanisms import Kernel, NotApplicable, detect_all, registry
 from klineage.mechanisms.base import Applied
 from klineage.mechanisms.shapes import rewriters, structural_rewrite
@@ -108,7 +108,7 @@ def test_rewrite_adds_exactly_its_mechanism(rewrites, case):
     audit = audit_version(detect_all(res.source), detect_all(before), mechanism, known)
     assert audit["ok"], audit["reason"]
     if mechanism in known:
-        assert set(audit["added_forward"]) <= {mechanism} | COMPANIONS.get(mechanism, frozenset())
+        assert set(audit["added_forward"]) <= {mechanism} | companions_of(mechanism)
         assert mechanism in audit["added_forward"]
     else:  # smem_tiling: a structural step no detector sees
         assert audit["added_forward"] == []

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 
-from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail
+from klineage.mechanisms.base import Applied, Family, Feature, Form, Kernel, Mechanism, NotApplicable, detail
 from klineage.mechanisms.families.smem_staging.seen import _LOAD_CALLS, _other_stagings, _staged_buffers
 from klineage.mechanisms.vector_forms import declarators, declared, device_function, line_start, paren, \
     statement_of, strip_parens
@@ -310,8 +310,6 @@ def _shared_names(k: Kernel) -> set[str]:
 class SmemStaging(Mechanism):
     NAME = "smem_staging"
     DESCRIPTION = "staging a reused global operand in shared memory (copy once, __syncthreads, reuse)"
-    # ladders name the tiled form of a GEMM or a convolution `smem_tiling`: the same operand staging
-    COVERS = ("smem_tiling",)
     PRECONDITIONS = {
         "storage": [{"condition": "the staged slice fits the shared-memory budget next to the kernel's other "
                                   "shared data (48 KB static per block)",
@@ -517,3 +515,21 @@ def _siblings_after(parent: Node, pos: int):
     for c in parent.named_children:
         if c.start_byte >= pos:
             yield c
+
+
+FAMILY = Family(
+    SmemStaging, rank=100,
+    forms=(
+        Form("a 1-D __shared__ buffer filled by a cooperative copy from a global array, then __syncthreads, then "
+             "read in place of the global loads"),
+        Form("2-D tiles, copies by a strided loop or by edge threads (halos), dynamic extern __shared__ buffers, "
+             "staged values read into arithmetic or an MMA load", rewritable=False),
+    ),
+    compiler="shared arrays staging a global operand: st.shared of ld.global values, then ld.shared into compute",
+    forward=("reoptimize",),
+    anchor_query='(declaration (type_qualifier) @q (array_declarator) (#eq? @q "__shared__"))',
+    addresses=frozenset({"memory"}),
+    rules=("shared_memory", "dtype_intrinsics"),
+    # ladders name the tiled form of a GEMM or a convolution `smem_tiling`: the same operand staging
+    covers=("smem_tiling",),
+)

@@ -28,7 +28,8 @@ import re
 from dataclasses import dataclass
 
 
-from klineage.mechanisms.base import Applied, Feature, Kernel, Mechanism, NotApplicable, detail, number_loci, squash
+from klineage.mechanisms.base import Applied, Family, Feature, Form, Kernel, Mechanism, NotApplicable, detail, \
+    number_loci, squash
 from klineage.mechanisms.vector_forms import declarators, declared, device_function, line_start, paren
 from klineage.mechanisms.families.warp_reduction.seen import _args, _int, _other_forms, _reduction_shuffles
 from klineage.parse import syntax
@@ -444,3 +445,21 @@ def _canonical(k: Kernel) -> list[dict]:
                            loop=f["loop"], blocks=[f["blk"]], naturals=[f["nat"]],
                            locus=f"{fname}:{f['kind']}:{step}"))
     return groups
+
+
+FAMILY = Family(
+    WarpReduction, rank=90,
+    forms=(
+        Form("a loop over lane offsets below 32 (or an unrolled run of literal offsets) whose body is one step v "
+             "OP= __shfl_xor_sync / __shfl_down_sync(mask, v, o)"),
+        Form("cooperative-groups reduce and the hardware __reduce_*_sync", rewritable=False),
+        Form("offset loops with several statements, tile member shuffles, macros over the intrinsics, and unrolled "
+             "runs of such steps", rewritable=False),
+    ),
+    compiler="reduction steps over shuffles (shfl.sync feeding the combine) and redux.sync",
+    forward=("reoptimize", "shape"),
+    anchor_query='(call_expression function: (identifier) @callee (#match? @callee "^__shfl_(xor|down)_sync$"))',
+    addresses=frozenset({"latency", "memory"}),
+    rules=("warp_mask", "dtype_intrinsics"),
+    hardware=("warp reduce",),
+)

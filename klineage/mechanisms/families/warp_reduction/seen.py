@@ -45,8 +45,8 @@ def _reduction_shuffles(ck, fn) -> list:
         sent = _moved(ck, fn, list(moved_in[s.index]), back=False)
         near_res = res | _one_step(fn, res)
         near_sent = sent | _one_step(fn, sent)
-        combines = [u for r in near_res for u in fn.uses.get(r, []) if u.op in _COMBINE
-                    and set(u.srcs) & near_sent and u.op not in MOVES]
+        combines = sorted((u for r in near_res for u in fn.uses.get(r, []) if u.op in _COMBINE
+                           and set(u.srcs) & near_sent and u.op not in MOVES), key=lambda u: u.index)
         direct = {u.op for r in res for u in fn.uses.get(r, [])}
         if not combines or {"min", "max"} <= direct:
             continue
