@@ -17,11 +17,20 @@ workload. Preconditions are checked one by one, each with a verdict (holds / fai
 the reason; a skill mined from several kernels fits when the preconditions of one of them all hold.
 Excluded skills are returned with every reason, so a user sees *why* a skill was not tried.
 
-Ranking: score = 1.0 * effect + 0.5 * family + 0.3 * shape + 0.5 * bottleneck, each term shown:
+Ranking: score = 1.0 * effect + 0.5 * family + 0.3 * shape + 0.5 * bottleneck + 6.0 * operator, each
+term shown:
   effect      log2 of the skill's median measured source speedup (clipped to [-1, 3])
   family      1 when a source workload has the target's operator family, else 0
   shape       1 - |log10(source elements / target elements)| / 3, best source case (0..1)
   bottleneck  1 when the skill's mechanism addresses the target's bottleneck class, 0.5 unknown, 0 not
+  operator    what the kernels compute: 1 when a shape rewriter that recognises the target adds the
+              skill's mechanism, or a source workload's naive kernel is of the target kernel's
+              operator class (klineage.mechanisms.shapes.operator_class: matmul, row_reduction,
+              strided_reduction, elementwise; a workload's FAMILY where no recogniser reads its
+              kernel: scan, selection, attention, ...); 0 when the target's class is known and none
+              is; 0.5 when it is not known. Its weight exceeds the span of all the other terms
+              together (5.3), so a skill measured only on other computations ranks below every one
+              that fits this kind
 """
 from __future__ import annotations
 
@@ -39,7 +48,7 @@ from klineage.records import SkillCard, as_card
 from klineage.records.skill_card import Precondition
 from klineage.workload import ALIAS_KEY, OFFSET_KEY, Workload, load_workload
 
-WEIGHTS = {"effect": 1.0, "family": 0.5, "shape": 0.3, "bottleneck": 0.5}
+WEIGHTS = {"effect": 1.0, "family": 0.5, "shape": 0.3, "bottleneck": 0.5, "operator": 6.0}
 DTYPE_WORDS = {"bf16": "bfloat16", "bfloat16": "bfloat16", "__nv_bfloat16": "bfloat16", "fp16": "float16",
                "half": "float16", "float16": "float16", "fp32": "float32", "float32": "float32"}
 
@@ -58,11 +67,14 @@ class TargetFacts:
     tiny: bool                         # some shape has a dimension below 32
     in_place: bool                     # the contract asks for outputs aliasing inputs
     bottleneck: dict = field(default_factory=lambda: {"class": "unknown"})
+    operator: str = ""                 # what the kernel computes (operator_class, else the FAMILY)
+    reachable: set[str] = field(default_factory=set)  # mechanisms a recognising shape rewriter adds
     retyped: set[str] = field(default_factory=set)  # mechanisms a shape rewriter writes at the kernel's dtype
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
         d["mechanisms"] = sorted(self.mechanisms)
+        d["reachable"] = sorted(self.reachable)
         d["retyped"] = sorted(self.retyped)
         return d
 
@@ -109,7 +121,7 @@ def target_facts(wl: Workload, source: str, arch: str = DEFAULT_ARCH, start_resu
     """The facts of a target kernel built for `arch`; its mechanisms are what the detectors see and
     what the shape rewriters read (a warp per row, a register cache: structural mechanisms no detector
     sees)."""
-    from klineage.mechanisms.shapes import retyped_mechanisms, shape_mechanisms
+    from klineage.mechanisms.shapes import operator_class, reachable_mechanisms, retyped_mechanisms, shape_mechanisms
     feats = detect_all(source)
     shapes = [s for _, s in wl.all_shapes()]
     bench = max(wl.benchmark_cases, key=lambda s: math.prod(_dims(s)))
@@ -123,6 +135,8 @@ def target_facts(wl: Workload, source: str, arch: str = DEFAULT_ARCH, start_resu
         tiny=any(d < 32 for s in shapes for d in _dims(s)),
         in_place=bool(getattr(wl.module, "IN_PLACE", False)),
         bottleneck=bottleneck_of(start_result),
+        operator=operator_class(source, wl) or getattr(wl.module, "FAMILY", ""),
+        reachable=reachable_mechanisms(source, wl),
         retyped=retyped_mechanisms(source, wl))
 
 
@@ -230,6 +244,34 @@ def _family(workload: str) -> str:
     return workload_facts(workload)[0]
 
 
+_OPERATORS: dict[str, str] = {}
+
+
+def workload_operator(workload: str) -> str:
+    """The operator class of a corpus workload by name: what the recognisers read in its naive
+    kernel (operator_class), else its FAMILY; "" when neither is there."""
+    if workload not in _OPERATORS:
+        from klineage.mechanisms.shapes import operator_class
+        root = settings.repo_root()
+        cls = ""
+        for d in (root / "expert_kernels" / workload, root / "apply_workloads" / workload):
+            if (d / "naive.cu").is_file():
+                cls = operator_class((d / "naive.cu").read_text())
+                break
+        _OPERATORS[workload] = cls or _family(workload)
+    return _OPERATORS[workload]
+
+
+def operator_fit(card: SkillCard, mechanism: str, t: TargetFacts) -> float:
+    """The operator term: 1 when a shape rewriter that recognises the target adds `mechanism`, or a
+    source workload computes what the target does; 0.5 when the target's class is unknown; else 0."""
+    if mechanism in t.reachable:
+        return 1.0
+    if not t.operator:
+        return 0.5
+    return 1.0 if any(workload_operator(c.workload) == t.operator for c in card.effects.per_case) else 0.0
+
+
 def addresses(mechanism: str) -> frozenset[str]:
     """The bottleneck classes a mechanism works on (memory traffic, arithmetic, instruction and
     latency overhead): its family's (Family.addresses); none for a name no family declares."""
@@ -248,7 +290,7 @@ def rank_terms(card: SkillCard, mechanism: str, t: TargetFacts) -> dict:
     cls = t.bottleneck.get("class", "unknown")
     fit = 0.5 if cls == "unknown" else (1.0 if cls in addresses(mechanism) else 0.0)
     terms = {"effect": max(-1.0, min(3.0, math.log2(med))) if med > 0 else -1.0, "family": family,
-             "shape": round(shape, 4), "bottleneck": fit}
+             "shape": round(shape, 4), "bottleneck": fit, "operator": operator_fit(card, mechanism, t)}
     terms["score"] = round(sum(WEIGHTS[k] * v for k, v in terms.items()), 4)
     return terms
 

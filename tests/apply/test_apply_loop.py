@@ -75,7 +75,7 @@ def test_retrieval_excludes_with_the_failing_precondition(lib):
     names = [c["name"] for c in r["candidates"]]
     assert "fast_math/math-call-frcp-rn" in names and set(names) == admitted
     terms = next(c for c in r["candidates"] if c["name"] == "fast_math/math-call-frcp-rn")["terms"]
-    assert set(terms) == {"effect", "family", "shape", "bottleneck", "score"} and terms["family"] == 1.0
+    assert set(terms) == {"effect", "family", "shape", "bottleneck", "operator", "score"} and terms["family"] == 1.0
 
 
 def test_ranking_shows_its_terms_and_requires_hold(lib):

@@ -132,16 +132,21 @@ def host_source(cu: str) -> str:
 
 def build(cu: str, harness: str, defines: tuple[str, ...] = (), workdir: Path | None = None) -> Path:
     """An executable of `cu` plus a `main` (harness), sanitizers on."""
-    text = host_source(cu) + "\n" + harness
-    key = hashlib.sha256((text + repr(defines)).encode()).hexdigest()[:16]
-    d = Path(workdir or tempfile.gettempdir()) / "kl_emulate"
+    return compile_text(host_source(cu) + "\n" + harness, defines, workdir)
+
+
+def compile_text(text: str, defines: tuple[str, ...] = (), workdir: Path | None = None, std: str = "c++17",
+                 flags: tuple[str, ...] = (), folder: str = "kl_emulate") -> Path:
+    """An executable of the host C++ `text` under the sanitizers (cached by content)."""
+    key = hashlib.sha256((text + repr(defines) + std + repr(flags)).encode()).hexdigest()[:16]
+    d = Path(workdir or tempfile.gettempdir()) / folder
     d.mkdir(parents=True, exist_ok=True)
     exe = d / f"k_{key}"
     if exe.is_file():
         return exe
     src = d / f"k_{key}.cpp"
     src.write_text(text)
-    cmd = [GXX, "-std=c++17", "-O1", "-g", "-ffp-contract=off", "-fno-omit-frame-pointer",
+    cmd = [GXX, f"-std={std}", "-O1", "-g", "-ffp-contract=off", "-fno-omit-frame-pointer", *flags,
            "-fsanitize=address,undefined", "-fno-sanitize-recover=all", *[f"-D{x}" for x in defines],
            str(src), "-o", str(exe) + ".tmp"]
     r = subprocess.run(cmd, capture_output=True, text=True)

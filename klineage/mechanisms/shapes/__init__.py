@@ -16,8 +16,8 @@ import pkgutil
 from klineage.mechanisms.base import Applied, NotApplicable
 from klineage.mechanisms.shapes.base import REGISTRY, Shape, ShapeRewriter, register
 
-__all__ = ["Shape", "ShapeRewriter", "forward_states", "knows", "recognises", "register", "retyped_mechanisms",
-           "rewriters", "shape_mechanisms", "structural_rewrite"]
+__all__ = ["Shape", "ShapeRewriter", "forward_states", "knows", "operator_class", "reachable_mechanisms",
+           "recognises", "register", "retyped_mechanisms", "rewriters", "shape_mechanisms", "structural_rewrite"]
 
 _loaded = False
 
@@ -62,13 +62,26 @@ def recognises(mechanism: str, source: str, workload=None) -> bool:
                for rw in rewriters())
 
 
+_READ: dict = {}
+
+
+def _shapes(source: str, workload=None) -> list[tuple[ShapeRewriter, Shape]]:
+    """(rewriter, Shape) of every rewriter that recognises `source` (the last few reads kept)."""
+    key = (source, getattr(workload, "content_hash", None) or getattr(workload, "name", None),
+           tuple(id(rw) for rw in rewriters()))
+    if key not in _READ:
+        if len(_READ) > 64:
+            _READ.clear()
+        _READ[key] = [(rw, shape) for rw in rewriters()
+                      if isinstance(shape := rw.recognise(source, workload), Shape)]
+    return _READ[key]
+
+
 def _facts_union(source: str, workload, key: str) -> set[str]:
     """The union of facts[key] over the rewriters that recognise `source`."""
     out: set[str] = set()
-    for rw in rewriters():
-        shape = rw.recognise(source, workload)
-        if isinstance(shape, Shape):
-            out |= set(shape.facts.get(key) or ())
+    for _, shape in _shapes(source, workload):
+        out |= set(shape.facts.get(key) or ())
     return out
 
 
@@ -83,6 +96,29 @@ def retyped_mechanisms(source: str, workload=None) -> set[str]:
     the element type of the kernels they were mined from (Shape.facts["retyped"]: the matmul generator
     writes the whole kernel at the plan's element type)."""
     return _facts_union(source, workload, "retyped")
+
+
+def reachable_mechanisms(source: str, workload=None) -> set[str]:
+    """The mechanisms of every shape rewriter that recognises `source`, less those its shape refuses
+    (Shape.facts["refuses"]: a strided row takes no warp per row): those a structural rewrite may add
+    to it (a rewrite still refuses what does not fit, with its reason)."""
+    return {m for rw, shape in _shapes(source, workload) for m in rw.mechanisms
+            if m not in (shape.facts.get("refuses") or ())}
+
+
+def operator_class(source: str, workload=None) -> str:
+    """What `source` computes, as the recognisers read it: the first recognising shape rewriter's
+    class (its Shape.facts["operator"], else its name: "matmul", "row_reduction",
+    "strided_reduction"), "elementwise" for a kernel of one element per thread the elementwise
+    reader takes, "" when nothing reads it."""
+    for rw, shape in _shapes(source, workload):
+        return shape.facts.get("operator") or rw.name
+    from klineage.mechanisms.base import Kernel
+    from klineage.mechanisms.elementwise import flat_kernels
+    try:
+        return "elementwise" if flat_kernels(Kernel(source))[0] else ""
+    except Exception:  # a source the elementwise reader trips on is not one it reads
+        return ""
 
 
 def forward_states(source: str, workload=None, skip: str | None = None) -> list[tuple[str, list[str]]]:

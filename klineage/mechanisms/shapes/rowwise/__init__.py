@@ -16,9 +16,19 @@ The start is the plainest such kernel, one thread per row walking its row serial
     }
     ... k<<<grid, block, 0, stream>>>(...);   // grid = rows / block, rounded up
 
-A pass is a top-level `for` over the row's columns from 0 to `cols` by 1 whose body writes no
-variable declared outside it except reduction accumulators (`a += e`, `a = a + e`, `a = fmaxf(a, e)`,
-fminf, max, min), reads no element another element's iteration writes, and neither breaks nor returns.
+It is read by what it computes, names only as hints. The row index is the flat thread index (or the
+block index of a launch with one thread a block), declared after any declarations; its bounds check
+returns early (`r >= B`, `B <= r`, `!(r < B)`, `{ return; }`) or encloses the rest of the body (`if (r <
+B) { ... }`), B an expression of integer parameters (`rows`, `B * T`, or a local holding one). A pass
+is a top-level `for` over the row's columns from a constant (0, or 1 after a maximum taken from the
+row's first element) to `cols` by 1 whose body holds no loop, writes no variable declared outside it
+except reduction accumulators (`a += e`, `a = a + e`, `a = fmaxf(a, e)`, fminf, max, min, `if (e > a) a
+= e;`), reads memory only at its own column where it writes (a compound `out[c] /= s` included), and
+neither breaks, continues nor returns. An access's index is read as linear in the column, base + c *
+step, through local index variables (`int idx = r * n + c; x[idx]`): a step of 1 is a contiguous row;
+any other step (`x[(b * C + c) * L + l]`, `a[r * n_cols + col]`) a strided one, a reduction over a
+dimension that is not the innermost. Where a kernel is none of these, NotApplicable names the fact
+that blocked it (a bounds check on two indices, a grid-stride loop, a nest, a carried value).
 
 Each rewrite adds one mechanism and keeps everything else; they compose in any order the card
 library (or a random control) asks for, except where a reason says why not:
@@ -28,7 +38,14 @@ library (or a random control) asks for, except where a reason says why not:
                    warp after its pass (a shared-memory tree), per-row stores go to lane 0; the host
                    launches a warp per row (the block size a tuning constant, from the card);
   block_per_row    the same with a whole block per row (stride blockDim.x, a block-wide tree, one
-                   block per row, a power-of-two block size from the card);
+                   block per row, a power-of-two block size from the card). A strided row ("line")
+                   is shared by a block's warps instead: 32 neighbouring lines a block, one per lane,
+                   so each warp's load reads 32 neighbouring elements, each line walked by one lane
+                   of every warp and combined through a shared-memory tree across the warps; the
+                   lines past the last compute the last one (their loads stay in bounds), walk no
+                   element and store nothing, so every thread of a block reaches its barriers. A
+                   warp per strided row (32 far-apart loads), its shuffles, vectors and register
+                   cache are NotApplicable with that reason;
   warp_reduction   the combines through warp shuffles (a butterfly of __shfl_xor_sync; a block adds
                    its warps' partials through shared memory) instead of shared-memory trees;
   online_softmax   a max pass followed by a pass summing exp(y - max) becomes one pass with a running

@@ -49,14 +49,18 @@ def _vector_plan(row: Row, kinds: frozenset) -> _VPlan:
     """Which accesses of which passes go through vectors, and the element count of a unit."""
     chosen: dict[int, list[Access]] = {}
     for i, p in enumerate(row.passes):
+        if p.first or p.updates:
+            continue  # a pass from another column than 0, or one that updates in place: element by element
         body = _body_statements(row, p)
         both = p.reads & p.writes
         sel = []
         for a in p.accesses:
-            if a.kind not in kinds or a.ptr in both or ELEM_BYTES.get(row.ptrs.get(a.ptr, "")) is None:
+            if a.kind not in kinds or a.ptr in both or a.stride or ELEM_BYTES.get(row.ptrs.get(a.ptr, "")) is None:
                 continue
             if a.kind == "store" and not any(s <= a.start and a.end <= e for s, e in body):
                 continue  # a conditional store: every lane of a vector must be written
+            if a.ptr in row.decls and row.decls[a.ptr][0] >= row.passes[0].start:
+                continue  # a pointer set after the first pass: its alignment is not known before it
             sel.append(a)
         if sel:
             chosen[i] = sel
@@ -198,8 +202,8 @@ def _cacheable(row: Row) -> list[tuple[str, str]]:
             if a.kind != "load" or a.ptr in written or key in out or ELEM_BYTES.get(row.ptrs.get(a.ptr, "")) is None:
                 continue
             readers = [q for q in row.passes if any((b.ptr, b.base) == key and b.kind == "load" for b in q.accesses)]
-            others = {b.base for q in row.passes for b in q.accesses if b.ptr == a.ptr}
-            if len(readers) >= 2 and others == {a.base}:
+            others = {(b.base, b.stride) for q in row.passes for b in q.accesses if b.ptr == a.ptr}
+            if len(readers) >= 2 and others == {(a.base, "")} and not any(q.first for q in readers):
                 out.append(key)
     return out
 

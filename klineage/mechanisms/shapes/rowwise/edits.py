@@ -6,8 +6,9 @@ import re
 
 from klineage.mechanisms.base import Kernel, squash
 from klineage.mechanisms.elementwise import _balanced, _norm
-from klineage.mechanisms.shapes.rowwise.model import (_BLOCK_ROW, _EXP_FNS, _FLOATING, _NA, _TEAM, _WARP_ROW, BLOCK,
-                                                      DEFAULT_THREADS, WARP, Online, Pass, Row, _line_start)
+from klineage.mechanisms.shapes.rowwise.model import (_BLOCK_ROW, _EXP_FNS, _FLOATING, _LINE_DECL, _LINE_NOTE, _NA,
+                                                      _WARP_ROW, BLOCK, DEFAULT_THREADS, WARP, Online, Pass, Row,
+                                                      _line_row, _line_start, _team)
 from klineage.mechanisms.shapes.rowwise.read import _code, _combine_lines, _kernels, read_row
 from klineage.parse import syntax
 from klineage.parse.syntax import Edit
@@ -36,6 +37,16 @@ def _helper(op: str, ctype: str, fn: str, gran: str, combine: str) -> str:
                 "__syncthreads();", "for (unsigned o = blockDim.x / 2; o > 0; o >>= 1) {",
                 f"{u}if (t < o) kl_tree[t] = {_combine_expr(op, fn, 'kl_tree[t]', 'kl_tree[t + o]')};",
                 f"{u}__syncthreads();", "}", "v = kl_tree[0];", "__syncthreads();", "return v;"]
+    elif gran == "line" and combine == "tree":
+        body = ["// a line's threads (one lane of each warp) meet in a shared-memory tree across the warps",
+                "// (blockDim.x / 32 a power of two); every thread gets its line's result",
+                f"__shared__ {ctype} kl_tree[1024];", "const unsigned t = threadIdx.x;", "kl_tree[t] = v;",
+                "__syncthreads();", "for (unsigned o = blockDim.x / 2; o >= 32; o >>= 1) {",
+                f"{u}if (t < o) kl_tree[t] = {_combine_expr(op, fn, 'kl_tree[t]', 'kl_tree[t + o]')};",
+                f"{u}__syncthreads();", "}", "v = kl_tree[t % 32];", "__syncthreads();", "return v;"]
+    elif gran == "line":
+        raise _NA("a line's threads are one lane of each warp: no warp shuffle reaches them (the combine stays a "
+                  "shared-memory tree)")
     elif gran == "warp":
         body = ["// the warp's 32 lanes combine in registers: a butterfly of shuffles, every lane gets the result",
                 f"for (int o = 16; o > 0; o >>= 1) {step}", "return v;"]
@@ -84,22 +95,29 @@ def _threads(row: Row, gran: str, config: dict) -> int:
         v = max(32, v - v % 32)
     else:
         v = 1 << (v.bit_length() - 1)
-    return max(32, v)
+    return max(64 if gran == "line" and limit >= 64 else 32, v)
 
 
 def to_granularity(row: Row, gran: str, config: dict) -> str:
-    """The thread-per-row kernel `row` with each row shared by a warp or a block."""
+    """The thread-per-row kernel `row` with each row shared by a warp or a block; a strided row
+    ("line") shared by the warps of a block, 32 neighbouring lines a block."""
     if row.gran != "thread":
         raise _NA(f"the row is already shared by a {row.gran}: this rewriter shares a thread's row only")
     if row.launch is None:
         raise _NA("the kernel is not launched once in this file with grid, block and every argument")
     data = row.source.encode()
     ind = row.body_indent
-    edits = [Edit(*row.row_init, _WARP_ROW if gran == "warp" else _BLOCK_ROW)]
+    if gran == "line":
+        at = _line_start(data, row.row_decl[0])
+        lead = data[at:row.row_decl[0]].decode()
+        edits = [Edit(*row.row_init, _line_row(row.rows)),
+                 Edit(at, at, (lead if not lead.strip() else "") + _LINE_DECL + _LINE_NOTE + "\n")]
+    else:
+        edits = [Edit(*row.row_init, _WARP_ROW if gran == "warp" else _BLOCK_ROW)]
     nl = data.find(b"\n", row.guard_end)
-    edits.append(Edit(nl + 1, nl + 1, ind + _TEAM[gran] + "\n"))
+    edits.append(Edit(nl + 1, nl + 1, ind + _team(gran, row.rows) + "\n"))
     for p in row.passes:
-        edits += [Edit(*p.init, "kl_t"), Edit(*p.update, f"{p.var} += kl_n")]
+        edits += [Edit(*p.init, "kl_t" if not p.first else f"kl_t + {p.first}"), Edit(*p.update, f"{p.var} += kl_n")]
         lines = _combine_lines(p)
         if lines:
             edits.append(Edit(p.end, p.end, "".join("\n" + p.indent + ln for ln in lines)))
@@ -108,7 +126,8 @@ def to_granularity(row: Row, gran: str, config: dict) -> str:
     threads = _threads(row, gran, config)
     lau = row.launch
     macro = lau.macro or f"{row.prefix}_ROW_THREADS"
-    grid = (f"({lau.rows_arg} + {macro} / 32 - 1) / ({macro} / 32)" if gran == "warp" else lau.rows_arg)
+    grid = (f"({lau.rows_arg} + {macro} / 32 - 1) / ({macro} / 32)" if gran == "warp"
+            else f"({lau.rows_arg} + 31) / 32" if gran == "line" else lau.rows_arg)
     edits.append(Edit(*lau.grid, grid))
     if lau.block_edit is not None:
         edits.append(Edit(*lau.block_edit, macro))
@@ -121,12 +140,17 @@ def _block_assert(macro: str, gran: str, limit: int) -> str:
     if gran == "warp":
         return (f'static_assert({macro} % 32 == 0 && {macro} >= 32 && {macro} <= {limit}, '
                 f'"{macro} (threads per block) must be a multiple of 32 from 32 to {limit}");\n')
+    if gran == "line":
+        low = 64 if limit >= 64 else 32
+        return (f'static_assert({macro} >= {low} && {macro} <= {limit} && ({macro} & ({macro} - 1)) == 0, '
+                f'"{macro} (threads per block) must be a power of two from {low} to {limit}");\n')
     return (f'static_assert({macro} >= 32 && {macro} <= {limit} && ({macro} & ({macro} - 1)) == 0, '
             f'"{macro} (threads per block) must be a power of two from 32 to {limit}");\n')
 
 
 def _with_block_macro(src: str, row: Row, macro: str, threads: int, gran: str, own: bool) -> str:
     note = ("threads per block: a warp per row, {m} / 32 rows a block" if gran == "warp"
+            else "threads per block: 32 lines a block, {m} / 32 warps splitting each" if gran == "line"
             else "threads per block: a block per row").format(m=macro)
     line = f"#define {macro} {threads}  // {note}"
     assertion = _block_assert(macro, gran, row.bounds or 1024)
@@ -152,6 +176,9 @@ def to_shuffle(row: Row) -> str:
                   "block first)")
     if row.combine == "shuffle":
         raise _NA("the combines are warp shuffles already")
+    if row.gran == "line":
+        raise _NA("a strided row's threads are one lane of each warp: no warp shuffle reaches them (the combine "
+                  "stays a shared-memory tree)")
     return _with_helpers(row.source, row.gran, "shuffle")
 
 
@@ -169,12 +196,12 @@ def to_online(row: Row) -> str:
         if len(a.accs) != 1 or a.accs[0].op != "max" or len(b.accs) != 1 or b.accs[0].op != "sum":
             continue
         m, s = a.accs[0], b.accs[0]
-        if a.writes or b.writes or m.ctype != s.ctype or m.ctype not in _FLOATING:
+        if a.writes or b.writes or m.ctype != s.ctype or m.ctype not in _FLOATING or a.first or b.first:
             continue
-        x = _single_update(row, a, m.name)
-        y = _single_update(row, b, s.name)
-        if x is None or y is None:
-            continue
+        ux, uy = _single_update(row, a, m), _single_update(row, b, s)
+        if ux is None or uy is None or ux[1] != uy[1]:
+            continue  # each pass one update, after the same index declarations
+        (x, pre), y = ux, uy[0]
         ex = _EXP_CALL.fullmatch(y)
         if ex is None or ex["e"] not in _EXP_FNS or ex["m"] != m.name or re.search(
                 rf"\b({re.escape(m.name)}|{re.escape(s.name)})\b", ex["y"]):
@@ -189,7 +216,7 @@ def to_online(row: Row) -> str:
         one, zero = ("1.0f", "0.0f") if m.ctype == "float" else ("1.0", "0.0")
         yy = "kl_x" if _norm(ex["y"]) == _norm(x) else ex["y"]
         t, u, ind = m.ctype, "    ", a.indent
-        body = [f"const {t} kl_x = {x};", f"const {t} kl_m = {m.fn}({m.name}, kl_x);",
+        body = pre + [f"const {t} kl_x = {x};", f"const {t} kl_m = {m.fn}({m.name}, kl_x);",
                 f"{s.name} = {s.name} * ({m.name} == kl_m ? {one} : {ex['e']}({m.name} - kl_m)) + "
                 f"(kl_m == -INFINITY ? {zero} : {ex['e']}({yy} - kl_m));", f"{m.name} = kl_m;"]
         loop = data[a.start:a.header_end].decode() + " {\n" + "".join(f"{ind}{u}{ln}\n" for ln in body) + f"{ind}}}"
@@ -204,19 +231,34 @@ def to_online(row: Row) -> str:
               "logsumexp's two passes)")
 
 
-def _single_update(row: Row, p: Pass, acc: str) -> str | None:
-    """For a pass whose body is the one statement updating `acc`: its operand (x of `m = fmaxf(m, x)`,
-    e of `s += e` / `s = s + e`)."""
-    text = squash(row.source.encode()[p.body[0]:p.body[1]].decode())
-    text = text[1:-1].strip() if text.startswith("{") and text.endswith("}") else text
+def _single_update(row: Row, p: Pass, acc) -> tuple[str, list[str]] | None:
+    """For a pass whose body is declarations (the same in the passes fused: `int loc = r * n + c;`)
+    then the one statement updating the accumulator `acc`: (its operand, the declarations' lines).
+    The operand is x of `m = fmaxf(m, x)` or of `if (x > m) m = x;`, e of `s += e` / `s = s + e`."""
+    k = Kernel("void kl_probe() {\n" + row.source.encode()[p.body[0]:p.body[1]].decode() + "\n}\n")
+    fn = syntax.functions(k.tree)
+    if not fn:
+        return None
+    body = fn[0].child_by_field_name("body").named_children
+    if len(body) == 1 and body[0].type == "compound_statement":
+        body = body[0].named_children
+    body = [n for n in body if n.type != "comment"]
+    if not body or any(n.type != "declaration" or re.search(rf"\b{re.escape(acc.name)}\b", k.tree.text_of(n))
+                       for n in body[:-1]):
+        return None
+    pre = [squash(k.tree.text_of(n)) for n in body[:-1]]
+    text = squash(k.tree.text_of(body[-1]))
+    a = re.escape(acc.name)
+    cond = re.fullmatch(rf"if \((?P<e>.+) > {a}\) (?:\{{ )?{a} = (?P<v>.+?);(?: \}})?", text)
+    if cond and _balanced(cond["e"]) and _norm(cond["e"]) == _norm(cond["v"]) and acc.op == "max":
+        return cond["e"], pre
     if text.count(";") != 1:
         return None
     text = text.rstrip(";").strip()
-    a = re.escape(acc)
     for pat in (rf"{a} \+= (?P<e>.+)", rf"{a} = {a} \+ (?P<e>.+)", rf"{a} = \w+\({a}, (?P<e>.+)\)"):
         mm = re.fullmatch(pat, text)
         if mm and _balanced(mm["e"]):
-            return mm["e"]
+            return mm["e"], pre
     return None
 
 

@@ -25,12 +25,37 @@ _WARP_ROW = "(blockIdx.x * blockDim.x + threadIdx.x) / 32"
 _BLOCK_ROW = "blockIdx.x"
 _TEAM = {"warp": "const int kl_t = threadIdx.x % 32, kl_n = 32;  // the lane, and the lanes sharing a row",
          "block": "const int kl_t = threadIdx.x, kl_n = blockDim.x;  // the thread, and the threads sharing a row"}
+# A strided row (a line across a non-innermost dimension) shared by a block: 32 neighbouring lines a block,
+# one per lane, so every warp's load is 32 neighbouring elements; the warps split each line. A thread past
+# the last line keeps the block's barriers: it computes the last line (its loads stay in bounds), walks
+# no element (kl_t past any extent) and stores nothing.
+_LINE_DECL = "const long long kl_line = (long long)blockIdx.x * 32 + threadIdx.x % 32;"
+_LINE_NOTE = "  // this thread's line: 32 neighbouring lines a block, one per lane"
+_FAR = "(1 << 30)"
+
+
+def _bound(rows: str) -> str:
+    """The rows bound as an operand (parenthesised unless a name or a number)."""
+    return rows if re.fullmatch(r"\w+", rows) else f"({rows})"
+
+
+def _line_row(rows: str) -> str:
+    b = _bound(rows)
+    return f"kl_line < {b} ? kl_line : {b} - 1"
+
+
+def _team(gran: str, rows: str = "") -> str:
+    """The team declaration a shared row's kernel has after its bounds check (comment included)."""
+    if gran == "line":
+        return (f"const int kl_t = kl_line < {_bound(rows)} ? (int)(threadIdx.x / 32) : {_FAR}, kl_n = blockDim.x / 32;"
+                "  // the warp, and the warps sharing the line (none past the last line)")
+    return _TEAM[gran]
 _MAX_FNS = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fmin": "min", "min": "min"}
 _EXP_FNS = ("expf", "__expf", "exp")
 _BANNED = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*|__ballot\w*|__any_sync|__all_sync|atomic\w+|"
                      r"cooperative_groups|this_thread_block|__threadfence\w*)\b")
 _HELPER = re.compile(r"\bkl_row_(sum|max|min)\b")
-_KL_WORDS = re.compile(r"\bkl_(?:t|n|nv|u|l|i|mx|ld\d+|st\d+|rc\d+|tree|part)\b")  # (kl_x, kl_m: an online pass's own)
+_KL_WORDS = re.compile(r"\bkl_(?:t|n|nv|u|l|i|mx|ld\d+|st\d+|rc\d+|tree|part|line)\b")  # (kl_x, kl_m: an online pass's own)
 
 
 def _strip(n):
@@ -83,9 +108,10 @@ class Online:
 class Access:
     ptr: str
     base: str        # the index's row offset ("" for p[c])
-    kind: str        # load | store
+    kind: str        # load | store | update (a compound assignment: read, then written)
     start: int       # the subscript expression's bytes in the source
     end: int
+    stride: str = "" # the column's step in elements ("" for 1: the row is contiguous)
 
 
 @dataclass
@@ -104,14 +130,19 @@ class Pass:
     accesses: list[Access]
     indent: str
     combine_end: int = -1    # end of the combine statements after the pass (G form), else `end`
+    first: int = 0           # the first column (a max from x[0] walks from 1)
 
     @property
     def reads(self) -> set[str]:
-        return {a.ptr for a in self.accesses if a.kind == "load"}
+        return {a.ptr for a in self.accesses if a.kind in ("load", "update")}
 
     @property
     def writes(self) -> set[str]:
-        return {a.ptr for a in self.accesses if a.kind == "store"}
+        return {a.ptr for a in self.accesses if a.kind in ("store", "update")}
+
+    @property
+    def updates(self) -> bool:
+        return any(a.kind == "update" for a in self.accesses)
 
 
 @dataclass
@@ -129,12 +160,12 @@ class Row:
     """A row kernel in its scalar form (decorations read back)."""
     source: str
     kernel: str
-    gran: str                      # thread | warp | block
+    gran: str                      # thread | warp | block | line (a strided row shared by a block's warps)
     row: str
-    rows: str
+    rows: str                      # the bound of the row index: an expression of integer parameters
     cols: str
     row_init: tuple[int, int]
-    guard_end: int
+    guard_end: int                 # the bounds check's end (of its `{` where it encloses the body)
     team: tuple[int, int] | None   # the kl_t / kl_n declaration (whole lines)
     passes: list[Pass]
     stores: list[tuple[int, int]]  # top-level statements that store per row (unguarded)
@@ -148,6 +179,9 @@ class Row:
     launch: Launch | None
     bounds: int | None             # a literal __launch_bounds__ on the kernel
     prefix: str                    # for new tuning constants (ENTRY point upper-cased)
+    row_decl: tuple[int, int] = (0, 0)  # the row index's declaration statement
+    layout: str = "contiguous"     # contiguous | strided (a pass steps the row by more than one element)
+    stride: str = ""               # a strided row's step (the first strided access's)
     facts: dict = field(default_factory=dict)
 
     @property

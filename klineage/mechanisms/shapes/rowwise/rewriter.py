@@ -32,7 +32,7 @@ def present(row: Row, deco: Deco) -> set[str]:
     out = set()
     if row.gran == "warp":
         out.add(WARP)
-    if row.gran == "block":
+    if row.gran in ("block", "line"):
         out.add(BLOCK)
     if row.combine == "shuffle":
         out.add(SHUFFLE)
@@ -72,18 +72,26 @@ def add(source: str, mechanism: str, config: dict | None = None) -> tuple[str, d
     if mechanism in have:
         raise _NA(f"the kernel has {mechanism} already")
     chosen: dict = {}
+    strided = row.layout == "strided"
     if mechanism in (WARP, BLOCK):
         if {WARP, BLOCK} & have:
-            raise _NA(f"the row is shared by a {row.gran} already")
+            raise _NA(f"the row is shared by a {'block' if row.gran == 'line' else row.gran} already")
         if deco.vector or deco.items:
             raise _NA("a decorated kernel is one shared by a warp or block already")
-        gran = "warp" if mechanism == WARP else "block"
+        if strided and mechanism == WARP:
+            raise _NA(f"the row is strided (its elements {row.stride} apart): a warp sharing it would read 32 "
+                      "far-apart elements a load; block_per_row shares it across a block's warps, each warp "
+                      "reading 32 neighbouring rows")
+        gran = "warp" if mechanism == WARP else "line" if strided else "block"
         chosen["threads"] = _threads(row, gran, config)
         scalar = to_granularity(row, gran, {**config, "threads": chosen["threads"]})
     elif mechanism == SHUFFLE:
         scalar = to_shuffle(row)
     elif mechanism == ONLINE:
         scalar = to_online(row)
+    elif mechanism in (VECTOR, CACHE) and strided:
+        raise _NA(f"the row is strided (its elements {row.stride} apart): no 16-byte vector or register unit runs "
+                  "along it")
     elif mechanism == VECTOR:
         kinds = _kinds(config)
         deco = replace(deco, vector=deco.vector | kinds)
@@ -119,9 +127,11 @@ class RowwiseRewriter(ShapeRewriter):
             return NotApplicable(f"not a row-wise reduction: {type(e).__name__}: {e}")
         ops = sorted({op for op, _, _ in row.ops} | ({"online"} if ONLINE in present(row, deco) else set()))
         return Shape("rowwise", row.kernel, {
+            "operator": "strided_reduction" if row.layout == "strided" else "row_reduction",
             "granularity": row.gran, "combine": row.combine, "passes": len(row.passes), "ops": ops,
-            "pointers": dict(row.ptrs), "rows": row.rows, "cols": row.cols,
-            "vector": sorted(deco.vector), "cache": deco.items, "mechanisms": sorted(present(row, deco))})
+            "pointers": dict(row.ptrs), "rows": row.rows, "cols": row.cols, "layout": row.layout,
+            "stride": row.stride or "1", "vector": sorted(deco.vector), "cache": deco.items,
+            "mechanisms": sorted(present(row, deco)), "refuses": sorted(_refuses(row, ops))})
 
     def rewrite(self, source: str, shape: Shape, mechanism: str, config: dict, workload=None) -> Applied | NotApplicable:
         if mechanism not in self.mechanisms:
@@ -134,6 +144,18 @@ class RowwiseRewriter(ShapeRewriter):
             return NotApplicable(f"the {mechanism} rewrite failed on this kernel: {type(e).__name__}: {e}")
         return Applied(out, mechanism, f"{shape.kernel}:{mechanism}", before=_kernel_text(source, shape.kernel),
                        after=_kernel_text(out, shape.kernel), config={"shape": "rowwise", **chosen})
+
+
+def _refuses(row: Row, ops: list[str]) -> set[str]:
+    """The mechanisms this kernel's shape cannot take whatever comes first: a strided row no warp per
+    row, shuffles, vectors or register cache; a row without a max and a sum pass no online softmax;
+    one pass nothing to keep in registers for a second."""
+    out = {WARP, SHUFFLE, VECTOR, CACHE} if row.layout == "strided" else set()
+    if not {"max", "sum"} <= set(ops) and "online" not in ops:
+        out.add(ONLINE)
+    if len(row.passes) < 2:
+        out.add(CACHE)
+    return out
 
 
 def _kernel_text(source: str, name: str) -> str:

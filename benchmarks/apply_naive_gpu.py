@@ -1,0 +1,251 @@
+"""`klineage apply` on the naive kernels of apply_workloads/ (matrix products, sums over one dimension,
+softmax, log-softmax, LayerNorm, RMSNorm: structural_reach.py's classes): the shipped library, the
+command's defaults (rules and sweep, its admission, the structural rewrites), a budget of 12 steps,
+one call per kernel. Kernels are spread over the machine's GPUs, one worker process per GPU (its
+CUDA_VISIBLE_DEVICES), each running its kernels one after another into a copy of the library of its
+own, until a deadline: a kernel that cannot start in time is recorded as not run.
+
+    python benchmarks/apply_naive_gpu.py --out DIR [--budget-steps 12] [--deadline-s 480] [--gpus N]
+                                         [--dry-run] [NAME ...]
+
+Per kernel, from the run's trajectory and the gate's evaluations in its library copy: the stop
+reason, the skills kept, every step, and per benchmark shape the naive start's, the best kernel's and
+the PyTorch reference's latency (the workload's `vendor`, timed by the gate alternately with the
+kernel in the same trials), the speedup over the start (the run's paired comparison) and over PyTorch
+(the best kernel's evaluation). Writes DIR/apply_naive_<card>.json (<card> from the GPU the
+evaluations name: h100, h200, ...; benchmarks/record_names.py), DIR/evals/<name>.jsonl.gz (each workload's evaluations: what a
+CPU `--replay` of a run reads), DIR/runs/<name>/ (best.cu, trajectory.json, the command's log) and
+prints a table. --dry-run runs `klineage apply --dry-run` instead (no GPU: each kernel's plan) and
+writes DIR/apply_naive_plan.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from record_names import gpu_name, named  # noqa: E402
+from structural_reach import APPLY, CLASSES, kernel_class  # noqa: E402
+
+RESERVE_S = 60        # a kernel starts only with this much of the deadline left
+RECORD = "apply_naive_{card}.json"
+
+
+def kernels() -> list[str]:
+    """The naive kernels of the four classes, matrix products first (their steps take longest)."""
+    names = [p.parent.name for p in APPLY.glob("*/workload.py") if (p.parent / "naive.cu").is_file()]
+    order = list(CLASSES)
+    return sorted((n for n in names if kernel_class(n) in CLASSES), key=lambda n: (order.index(kernel_class(n)), n))
+
+
+def gpu_count() -> int:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return len([ln for ln in out.splitlines() if ln.startswith("GPU ")])
+
+
+def _cli(args: list[str], env: dict, timeout_s: float, log: Path) -> tuple[int | None, str]:
+    cmd = [sys.executable, "-m", "klineage.cli", *args]
+    with open(log, "w") as err:
+        try:
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, timeout=timeout_s, cwd=ROOT)
+        except subprocess.TimeoutExpired:
+            return None, ""
+    return r.returncode, r.stdout
+
+
+def _timing(rec: dict | None) -> dict:
+    """{shape key: timing entry} of an evaluation record."""
+    out = {}
+    for t in (rec or {}).get("result", {}).get("timing") or []:
+        out[json.dumps(t["shape"], sort_keys=True)] = t
+    return out
+
+
+def _best_eval(traj: dict) -> str | None:
+    """The eval_key of the run's best kernel as last measured: the last kept step's baked or re-measured
+    evaluation; the start's when nothing was kept."""
+    key = next((s["eval_key"] for s in traj["steps"] if s.get("kind") == "start"), None)
+    for s in traj["steps"]:
+        if s.get("accepted") and s.get("kind") != "start":
+            baked = s.get("baked") or {}
+            key = baked["eval_key"] if baked.get("status") == "PASSED" else (s.get("remeasure") or {}).get("eval_key", key)
+    return key
+
+
+def one(name: str, out: Path, env: dict, budget_steps: int, deadline: float) -> dict:
+    """Apply on one kernel; its record entry."""
+    from klineage.store import open_store
+    from klineage.workload import load_workload
+    left = deadline - time.monotonic()
+    entry = {"class": kernel_class(name), "gpu": env.get("CUDA_VISIBLE_DEVICES")}
+    if left < RESERVE_S:
+        return {**entry, "status": "not_run", "why": f"{left:.0f} s of the deadline left"}
+    d = APPLY / name
+    run_dir = out / "runs" / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    db = out / "db" / f"{name}.duckdb"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
+    t0 = time.monotonic()
+    rc, stdout = _cli(["apply", "--workload", str(d), "--start", str(d / "naive.cu"), "--db", str(db),
+                       "--budget-steps", str(budget_steps), "--json", "--quiet", "--out", str(run_dir)],
+                      env, left - 10, run_dir / "apply.log")
+    entry["wall_s"] = round(time.monotonic() - t0, 1)
+    wl = load_workload(d)
+    store = open_store(db)
+    try:
+        (out / "evals").mkdir(exist_ok=True)
+        entry["evaluations"] = store.export_evaluations(out / "evals" / f"{name}.jsonl.gz",
+                                                        workload_hashes=[wl.content_hash])
+        traj_path = run_dir / "trajectory.json"
+        if rc is None or not traj_path.is_file():
+            return {**entry, "status": "timeout" if rc is None else "error", "rc": rc,
+                    "log": (run_dir / "apply.log").read_text()[-1500:]}
+        traj = json.loads(traj_path.read_text())
+        summ = traj["summary"]
+        start = next(s for s in traj["steps"] if s.get("kind") == "start")
+        first, best = store.get_evaluation(start["eval_key"]), store.get_evaluation(_best_eval(traj))
+    finally:
+        store.close()
+    status = "start_failed" if traj["stop_reason"] == "start_failed" else "done"
+    entry.update(status=status, rc=rc, run_id=traj["run_id"], stop_reason=traj["stop_reason"], kept=summ["kept"],
+                 steps=[{k: s.get(k) for k in ("seq", "kind", "backend", "skill", "flags", "status", "accepted", "note")}
+                        for s in traj["steps"]],
+                 env=(best or first or {}).get("env"))
+    t_first, t_best = _timing(first), _timing(best)
+    paired = {json.dumps(c["shape"], sort_keys=True): c for c in summ.get("speedup_vs_start") or []}
+    shapes = []
+    for key, tf in t_first.items():
+        tb = t_best.get(key, tf)
+        pc = paired.get(key)
+        shapes.append({"shape": tf["shape"], "naive_us": tf["latency_us"], "best_us": tb["latency_us"],
+                       "torch_us": tb["vendor_latency_us"],
+                       "speedup_vs_naive": pc["speedup"] if pc else 1.0,
+                       "speedup_vs_torch": tb["speedup_vs_vendor"], "naive_vs_torch": tf["speedup_vs_vendor"]})
+    entry["shapes"] = shapes
+    return entry
+
+
+def worker(names: list[str], out: Path, budget_steps: int, deadline: float, gpu: str | None) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    res = {}
+    for n in names:
+        try:
+            res[n] = one(n, out, env, budget_steps, deadline)
+        except Exception as exc:  # a kernel whose run breaks is a recorded result, not a dead benchmark
+            res[n] = {"class": kernel_class(n), "status": "error", "why": f"{type(exc).__name__}: {exc}"}
+        r = res[n]
+        print(n, r["status"], r.get("stop_reason"), r.get("kept"),
+              [round(s["speedup_vs_naive"], 2) for s in r.get("shapes", [])],
+              [round(s["speedup_vs_torch"], 3) for s in r.get("shapes", [])], f"{r.get('wall_s')} s", flush=True)
+    return res
+
+
+def _geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return round(math.exp(sum(math.log(x) for x in xs) / len(xs)), 4) if xs else None
+
+
+def summary(results: dict) -> dict:
+    """Per class: kernels, done, geometric means (over kernels, of each kernel's geometric mean over
+    its shapes) of the speedup over the naive start and over PyTorch."""
+    out = {}
+    for c in CLASSES:
+        rows = [r for r in results.values() if r["class"] == c]
+        done = [r for r in rows if r["status"] == "done"]
+        out[c] = {"kernels": len(rows), "done": len(done),
+                  "speedup_vs_naive": _geomean([_geomean([s["speedup_vs_naive"] for s in r["shapes"]]) for r in done]),
+                  "speedup_vs_torch": _geomean([_geomean([s["speedup_vs_torch"] for s in r["shapes"]]) for r in done]),
+                  "kept_structural": sum(1 for r in done if any("/" in k for k in r["kept"]))}
+    return out
+
+
+def table(results: dict) -> str:
+    lines = [f"{'kernel':26s} {'class':13s} {'status':8s} {'stop':13s} {'x naive':>8s} {'x torch':>8s}  kept"]
+    for n, r in results.items():
+        sp = _geomean([s["speedup_vs_naive"] for s in r.get("shapes", [])])
+        st = _geomean([s["speedup_vs_torch"] for s in r.get("shapes", [])])
+        lines.append(f"{n:26s} {r['class']:13s} {r['status']:8s} {str(r.get('stop_reason') or '-'):13s} "
+                     f"{sp if sp else '-':>8} {st if st else '-':>8}  {', '.join(r.get('kept') or [])}")
+    return "\n".join(lines)
+
+
+def dry_run(names: list[str], out: Path) -> int:
+    """`klineage apply --dry-run --json` on each kernel: the plan (no GPU)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    plans = {}
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    db = out / "plan_library.duckdb"
+    shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
+    for n in names:
+        d = APPLY / n
+        rc, stdout = _cli(["apply", "--workload", str(d), "--start", str(d / "naive.cu"), "--db", str(db),
+                           "--budget-steps", "12", "--dry-run", "--json"],
+                          env, 600, out / "runs" / f"{n}.plan.log")
+        plan = json.loads(stdout) if rc == 0 and stdout.strip() else None
+        plans[n] = {"class": kernel_class(n), "rc": rc, "plan": plan}
+        cands = (plan or {}).get("retrieved") or (plan or {}).get("candidates") or []
+        print(n, rc, [c.get("name") for c in cands[:3]] if isinstance(cands, list) else "", flush=True)
+    db.unlink()
+    (out / "apply_naive_plan.json").write_text(json.dumps(plans, indent=1, default=str) + "\n")
+    return 0 if all(p["rc"] == 0 for p in plans.values()) else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--budget-steps", type=int, default=12)
+    ap.add_argument("--deadline-s", type=float, default=480.0)
+    ap.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: every one nvidia-smi lists)")
+    ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("names", nargs="*")
+    ns = ap.parse_args()
+    t0 = time.monotonic()
+    deadline = t0 + ns.deadline_s
+    names = ns.names or kernels()
+    ns.out.mkdir(parents=True, exist_ok=True)
+    if ns.dry_run:
+        return dry_run(names, ns.out)
+    n_gpu = ns.gpus or gpu_count()
+    if n_gpu < 1:
+        print("no GPU: nvidia-smi lists none (run on a GPU machine, or pass --dry-run)", file=sys.stderr)
+        return 2
+    shards = [names[i::n_gpu] for i in range(n_gpu)]
+    with ThreadPoolExecutor(max_workers=n_gpu) as pool:
+        parts = list(pool.map(lambda i: worker(shards[i], ns.out, ns.budget_steps, deadline, str(i)), range(n_gpu)))
+    results = {n: r for part in parts for n, r in part.items()}
+    results = {n: results[n] for n in names}
+    env = next((r["env"] for r in results.values() if r.get("env")), None)
+    rec = {"benchmark": "apply_naive_gpu", "env": env, "gpus": n_gpu, "wall_s": round(time.monotonic() - t0, 1),
+           "config": {"budget_steps": ns.budget_steps, "deadline_s": ns.deadline_s,
+                      "command": "klineage apply --workload apply_workloads/NAME --start apply_workloads/NAME/naive.cu "
+                                 f"--db COPY_OF_skills_db/skills.duckdb --budget-steps {ns.budget_steps} --json"},
+           "kernels": results, "summary": summary(results)}
+    path = ns.out / named(RECORD, (env or {}).get("gpu") or gpu_name())
+    path.write_text(json.dumps(rec, indent=1, default=str) + "\n")
+    shutil.rmtree(ns.out / "db", ignore_errors=True)  # the library copies: the evaluations are exported
+    print(table(results))
+    print(json.dumps(rec["summary"], indent=1))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
