@@ -41,7 +41,8 @@ def _evaluator(monkeypatch, dev: FakeDevice, **phases) -> W.Evaluator:
     """An Evaluator whose phases are stand-ins: each named phase runs `fn(dev)` (a candidate's call
     changing the settings, or raising) before answering as an honest kernel would."""
     ev = object.__new__(W.Evaluator)
-    ev.chan, ev.dev, ev.env = Quiet(), dev, {"gpu": "stand-in"}
+    ev.chan, ev.dev, ev.env, ev.warm = Quiet(), dev, {"gpu": "stand-in"}, set()
+    monkeypatch.setattr(ev, "warm_reference", lambda workload, shapes: None)  # no reference to call here
     monkeypatch.setattr(W, "Candidate", lambda so_path, workload: object())
 
     def correctness(cand, workload, shapes, seeds):
