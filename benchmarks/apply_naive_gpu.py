@@ -14,7 +14,7 @@ the PyTorch reference's latency (the workload's `vendor`, timed by the gate alte
 kernel in the same trials), the speedup over the start (the run's paired comparison) and over PyTorch
 (the best kernel's evaluation). Writes DIR/apply_naive_<card>.json (<card> from the GPU the
 evaluations name: h100, h200, ...; benchmarks/record_names.py), DIR/evals/<name>.jsonl.gz (each workload's evaluations: what a
-CPU `--replay` of a run reads), DIR/runs/<name>/ (best.cu, trajectory.json, the command's log) and
+CPU `--replay` of a run reads), DIR/runs.tar.gz (runs/<name>/: best.cu, trajectory.json, the command's log) and
 prints a table. --dry-run runs `klineage apply --dry-run` instead (no GPU: each kernel's plan) and
 writes DIR/apply_naive_plan.json.
 """
@@ -24,7 +24,6 @@ import argparse
 import json
 import math
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -163,6 +162,18 @@ def _geomean(xs: list[float]) -> float | None:
     return round(math.exp(sum(math.log(x) for x in xs) / len(xs)), 4) if xs else None
 
 
+def pack_runs(out: Path) -> None:
+    """Each run's trajectory, best kernel and log in one file, DIR/runs.tar.gz, in place of DIR/runs/: a device call
+    returns files at most two folders below $OUT, and a bounded number of them, so runs/NAME/ would not
+    come back. Unpack it beside the record (tar -xzf runs.tar.gz -C benchmarks/results/apply_naive)."""
+    import tarfile
+    with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
+        for f in sorted((out / "runs").glob("*/*")):
+            if f.name in ("trajectory.json", "best.cu", "apply.log"):
+                tar.add(f, arcname=f.relative_to(out).as_posix())
+    shutil.rmtree(out / "runs", ignore_errors=True)
+
+
 def summary(results: dict) -> dict:
     """Per class: kernels, done, geometric means (over kernels, of each kernel's geometric mean over
     its shapes) of the speedup over the naive start and over PyTorch."""
@@ -241,6 +252,7 @@ def main() -> int:
     path = ns.out / named(RECORD, (env or {}).get("gpu") or gpu_name())
     path.write_text(json.dumps(rec, indent=1, default=str) + "\n")
     shutil.rmtree(ns.out / "db", ignore_errors=True)  # the library copies: the evaluations are exported
+    pack_runs(ns.out)
     print(table(results))
     print(json.dumps(rec["summary"], indent=1))
     print(f"wrote {path}")

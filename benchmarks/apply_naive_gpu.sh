@@ -3,9 +3,10 @@
 # apply_workloads/'s matrix-product, reduction, softmax and normalisation classes, spread over the
 # machine's GPUs), carried with [".whlh"] (benchmarks/device_site.sh h):
 #   OUT=... bash benchmarks/apply_naive_gpu.sh [apply_naive_gpu.py options]
-# Writes $OUT/apply_naive (the record apply_naive_<card>.json, evals/, runs/) and logs to
+# Writes $OUT/apply_naive (the record apply_naive_<card>.json, evals/, runs.tar.gz) and logs to
 # $OUT/apply_naive/apply_naive_gpu.log (rc last), whose tail it prints. Copy $OUT/apply_naive into
-# benchmarks/results/apply_naive/ afterwards; tests/test_apply_naive_record.py replays it.
+# benchmarks/results/apply_naive/ afterwards and unpack runs.tar.gz there (the runs' trajectories);
+# tests/check_apply_naive_record.py replays it.
 set -u
 out=${OUT:?set OUT to the output folder of the device call}/apply_naive
 mkdir -p "$out"

@@ -183,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"prebuild: {result['prebuild']}", flush=True)
         gate = Gate(store, run.gate_config())
         summary = run_mine(run, store, gate, replay=False)
-        result["env"] = gate._worker.env_info if gate._worker is not None else None
+        live = [r for r in store.find_evaluations() if (r.get("env") or {}).get("gpu")]
+        result["env"] = {k: live[0]["env"].get(k) for k in ("gpu", "driver", "nvcc", "torch", "capability",
+                                                            "clock_sm_mhz", "worker_code")} if live else None
         result["summary"] = summary
         for l in summary["lineages"]:
             print(f"  {l['workload']}/{l['proposer']}: {l['steps']} steps, {l['rejections']} rejections, "
