@@ -32,7 +32,7 @@ re-derived kernel, the per-trial speed ratios; every rejection, the rederive_slo
 that failed; over all: the ratios of the re-derivations measured, which are all other machine code),
 DIR/rederive_CARD.log and the evaluations DIR/rederive_CARD.jsonl.gz. Copy the three into
 benchmarks/results/ (removing the record of another card they replace; never into
-skills_db/evaluations: the corpus replay imports those). tests/check_rederive_record.py replays the
+skills_db/evaluations: the corpus replay imports those). tests/test_rederive_record.py replays the
 record: the ratios are recomputed from the recorded evaluations, the cubins are built again here and
 must differ, and with nvcc the walks are run again from the evaluations to the same decisions.
 """
