@@ -65,6 +65,11 @@ class LimitsTable(Table):
     min_rederive_ratio: Optional[Num] = expect("a number")
 
 
+class WalkTable(Table):
+    rules_loci: Optional[Literal["identity", "occurrence"]] = expect(
+        '"identity" (identical loci matched by their place; the default) or "occurrence" (by their number)')
+
+
 class AnalysisTable(Table):
     rounds: Optional[int] = ranged(1, 5)
     probes: Optional[bool] = expect("true or false")
@@ -83,7 +88,7 @@ class TargetTable(Table):
 
 class MineFile(Table):
     """A mining configuration (pipelines/mine.toml): [[target]] tables and optional [limits],
-    [gate], [analysis]."""
+    [gate], [analysis], [walk]."""
     analysis: Optional[AnalysisTable] = expect("a table")
     description: Optional[str] = expect("a string")
     gate: Optional[ArchGateTable] = expect("a table")
@@ -91,6 +96,7 @@ class MineFile(Table):
     limits: Optional[LimitsTable] = expect("a table")
     name: Optional[str] = expect("a string")
     target: list[TargetTable] = expect("an array of tables ([[target]] with paths and proposer)", [])
+    walk: Optional[WalkTable] = expect("a table")
 
 
 class ApplyTable(Table):

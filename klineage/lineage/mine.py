@@ -40,6 +40,7 @@ class MineRun:
     analysis: AnalysisConfig | None = None  # None: lineages and skills only, no probes/rounds/admission
     timing: dict = field(default_factory=dict)  # overrides of the gate's timing settings ([gate] table)
     arch: str | None = None  # the build target ([gate] arch, --arch); None: the gate's default
+    rules_loci: str = "identity"  # [walk] rules_loci: how the rules audit matches identical loci
 
     def gate_config(self):
         from klineage.gate.gate import gate_config_for
@@ -99,7 +100,8 @@ def load_config(path: Path) -> tuple[MineRun, dict]:
     if not targets:
         raise MineConfigError(f"{path}: no [[target]] entries: add at least one with paths and proposer")
     timing = {k: v for k, v in gate_tab.items() if k != "arch"}
-    return MineRun(targets, Limits(**lim), analysis, timing, gate_tab.get("arch")), raw
+    return MineRun(targets, Limits(**lim), analysis, timing, gate_tab.get("arch"),
+                   raw.get("walk", {}).get("rules_loci", "identity")), raw
 
 
 def run_mine(run: MineRun, store, gate, replay: bool = False,
@@ -123,7 +125,7 @@ def run_mine(run: MineRun, store, gate, replay: bool = False,
         wl = load_workload(tgt.workload_dir)
         proposer = make_proposer(tgt.proposer, tgt.workload_dir, llm=llm, arch=gate.config.arch)
         label = f"{wl.name}/{tgt.proposer}"
-        walker = Walker(gate, wl, [proposer], run.limits, replay=replay,
+        walker = Walker(gate, wl, [proposer], run.limits, replay=replay, rules_loci=run.rules_loci,
                         progress=(lambda ev, _l=label, **kw: progress(_l, ev, **kw)) if progress else None)
         start = proposer.top.source if tgt.proposer == "versions" else read_source(tgt.start)
         return tgt, wl, walker, walker.run(start, origin=display_path(tgt.start))
@@ -259,7 +261,7 @@ def dry_run(run: MineRun, progress: Callable[..., None] | None = None, llm=None)
         wl = load_workload(tgt.workload_dir)
         proposer = make_proposer(tgt.proposer, tgt.workload_dir, llm=llm, arch=gate.config.arch)
         label = f"{wl.name}/{tgt.proposer}"
-        walker = Walker(gate, wl, [proposer], run.limits,
+        walker = Walker(gate, wl, [proposer], run.limits, rules_loci=run.rules_loci,
                         progress=(lambda ev, _l=label, **kw: progress(_l, ev, **kw)) if progress else None)
         start = proposer.top.source if tgt.proposer == "versions" else read_source(tgt.start)
         lin = walker.run(start, origin=display_path(tgt.start))

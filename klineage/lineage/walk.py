@@ -67,8 +67,9 @@ def _env(res: GateResult) -> dict:
 
 class Walker:
     def __init__(self, gate: Gate, workload: Workload, proposers: list, limits: Limits = Limits(),
-                 replay: bool = False, progress: Callable[..., None] | None = None):
+                 replay: bool = False, progress: Callable[..., None] | None = None, rules_loci: str = "identity"):
         self.gate, self.workload, self.proposers, self.limits = gate, workload, proposers, limits
+        self.rules_loci = rules_loci  # how the rules audit matches identical loci (audit_rules' `loci`)
         self.replay = replay
         self.progress = progress or (lambda *a, **k: None)
         self.missing: list[dict] = []
@@ -189,7 +190,7 @@ class Walker:
             audit, mechs = audit_ladder_step(cur_feats, feats, (prop.mechanism,), self.known, self.arch)
             audit = self._one_mechanism(audit, mechs, prop, cur_feats)
         else:
-            audit = audit_rules(cur_feats, feats, prop.mechanism, prop.locus, self.arch)
+            audit = audit_rules(cur_feats, feats, prop.mechanism, prop.locus, self.arch, self.rules_loci)
         if not audit["ok"]:
             self._reject(lin, prop.mechanism, prop.locus, "audit", audit["reason"], prop.source, audit=audit, **rung)
             return None

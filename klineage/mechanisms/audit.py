@@ -123,8 +123,16 @@ def match_features(before: list[Feature], after: list[Feature]) -> tuple[set, se
 
 
 def audit_rules(before: list[Feature], after: list[Feature], mechanism: str, locus: str,
-                arch: str = DEFAULT_ARCH) -> dict:
-    gone, came, renamed = match_features(before, after)
+                arch: str = DEFAULT_ARCH, loci: str = "identity") -> dict:
+    """Whether a rules step removed exactly `mechanism` at `locus` and added nothing. With `loci` =
+    "identity" a locus numbered among identical texts is matched by its place (match_features); with
+    "occurrence" by its number alone, so removing the first of identical loci reads as the last one
+    removed and is refused (a pipeline's [walk] rules_loci: klineage.lineage.mine)."""
+    if loci == "occurrence":
+        b, a = _keys(before), _keys(after)
+        gone, came, renamed = b - a, a - b, []
+    else:
+        gone, came, renamed = match_features(before, after)
     removed, added = sorted(gone), sorted(came)
     ok = removed == [(mechanism, locus)] and not added
     why = "" if ok else (f"expected exactly {mechanism} at {locus} removed; removed {removed or 'nothing'}"

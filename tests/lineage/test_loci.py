@@ -61,8 +61,36 @@ def test_the_rules_walk_takes_every_identical_locus_off(tmp_path):
     hints = [t for t in lin["transitions"] if t["mechanism"] == "cache_hint"]
     assert len(hints) == 3 and lin["termination"] == "complete", lin["rejections"]
     assert not [r for r in lin["rejections"] if r["kind"] == "audit"]
-    assert "__ldg" not in next(s for s in lin["states"][-1:])["kernel_hash"] or True
     assert all(t["rederived_identical"] for t in hints)
+
+
+def test_rules_loci_by_occurrence_refuses_the_first_of_identical_loci(tmp_path):
+    """[walk] rules_loci = "occurrence": removing the first of three identical hints reads as the third
+    removed, and the audit refuses it; only the last is ever taken off by its number."""
+    before = detect_all(rowwise())
+    first = next(p for p in RulesProposer().propose(rowwise(), before, set()) if not isinstance(p, tuple))
+    audit = audit_rules(before, detect_all(first.source), first.mechanism, first.locus, loci="occurrence")
+    assert not audit["ok"] and "c#3" in str(audit["removed"]), audit
+    wl = load_workload(workload(tmp_path))
+    lin = Walker(ScriptedGate(), wl, [RulesProposer()], Limits(), rules_loci="occurrence").run(rowwise())
+    refused = [r for r in lin["rejections"] if r["kind"] == "audit" and r["mechanism"] == "cache_hint"]
+    assert refused and all(not r["locus"].endswith("#3") for r in refused), lin["rejections"]
+
+
+def test_a_mining_configuration_names_how_the_rules_audit_matches_loci(tmp_path):
+    from klineage.lineage.mine import MineConfigError, load_config
+    root = Path(__file__).resolve().parents[2]
+    run, _ = load_config(root / "pipelines" / "mine.toml")
+    assert run.rules_loci == "occurrence"
+    bad = tmp_path / "m.toml"
+    bad.write_text((root / "pipelines" / "mine.toml").read_text().replace('rules_loci = "occurrence"',
+                                                                          'rules_loci = "by_number"'))
+    try:
+        load_config(bad)
+    except MineConfigError as e:
+        assert "rules_loci" in str(e) and "occurrence" in str(e)
+    else:
+        raise AssertionError("an unknown rules_loci was accepted")
 
 
 def test_the_versions_walk_peels_identical_loci_instead_of_lifting_a_compound(tmp_path):
