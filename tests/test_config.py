@@ -17,7 +17,7 @@ class Bad(Exception):
 
 
 @pytest.mark.parametrize("model,data,message", [
-    (MineFile, {"bogus": 1}, "unknown key 'bogus' (allowed: analysis, description, gate, kind, limits, name, target)"),
+    (MineFile, {"bogus": 1}, "unknown key 'bogus' (allowed: analysis, description, gate, kind, limits, name, target, walk)"),
     (MineFile, {"gate": {"warm": 1}}, "unknown key gate.warm (allowed: warmup, reps, trials, backlog_us, arch)"),
     (MineFile, {"gate": {"trials": 1}}, "gate.trials = 1: expected an int from 2 to 10"),
     (MineFile, {"gate": {"reps": True}}, "gate.reps = True: expected an int from 5 to 500"),
