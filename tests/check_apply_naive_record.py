@@ -85,3 +85,39 @@ def test_a_run_replays_from_its_evaluations(record, name, tmp_path):
     got = {json.dumps(c["shape"], sort_keys=True): c["speedup"] for c in run["summary"].get("speedup_vs_start") or []}
     for s in r["shapes"]:
         assert math.isclose(got.get(json.dumps(s["shape"], sort_keys=True), 1.0), s["speedup_vs_naive"], rel_tol=1e-9)
+
+
+def test_the_dry_runs_first_candidate_is_the_live_runs(record, tmp_path):
+    """On every kernel the record ran, `apply --dry-run` names the candidate the live run gated first."""
+    from klineage.cli import main
+    db = tmp_path / "lib.duckdb"
+    shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
+    for name, r in record["kernels"].items():
+        if r["status"] != "done":
+            continue
+        d = ROOT / "apply_workloads" / name
+        res = CliRunner().invoke(main, ["apply", "--workload", str(d), "--start", str(d / "naive.cu"), "--db", str(db),
+                                        "--budget-steps", str(record["config"]["budget_steps"]), "--dry-run", "--json"])
+        assert res.exit_code == 0, res.output[-2000:]
+        plan = json.loads(res.output)
+        cls = _start_bottleneck(name, (d / "naive.cu").read_text())  # what the live run knew once it gated the start
+        first = plan["first_candidate_by_bottleneck"][cls] if cls in plan["first_candidate_by_bottleneck"] else \
+            plan["first_candidate"]
+        live = next(s for s in r["steps"] if s["kind"] == "candidate")
+        assert (first["backend"], first["skill"], first["flags"] or []) == \
+            (live["backend"], live["skill"], live["flags"] or []), (name, cls)
+
+
+def _start_bottleneck(name: str, naive: str) -> str:
+    """The bottleneck class of the start kernel's recorded evaluation (klineage.apply.retrieve)."""
+    import gzip
+    from types import SimpleNamespace
+    from klineage.apply.retrieve import bottleneck_of
+    from klineage.gate.gate import kernel_hash
+    path = DIR / "evals" / f"{name}.jsonl.gz"
+    assert path.is_file(), f"{name}: no recorded evaluations"
+    rows = [json.loads(l) for l in gzip.decompress(path.read_bytes()).splitlines()]
+    start = [e for e in rows if e["kernel_hash"] == kernel_hash(naive) and e["status"] == "PASSED"]
+    assert start, f"{name}: no recorded evaluation of the start kernel"
+    e = start[0]
+    return bottleneck_of(SimpleNamespace(timing=e["result"].get("timing"), eval_key=e["eval_key"]))["class"]
