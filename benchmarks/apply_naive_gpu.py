@@ -162,6 +162,16 @@ def _geomean(xs: list[float]) -> float | None:
     return round(math.exp(sum(math.log(x) for x in xs) / len(xs)), 4) if xs else None
 
 
+def library_hash() -> str:
+    """The hash of the shipped library's canonical dump, which every run copies: retrieval ranks by it."""
+    from klineage.store import open_store
+    store = open_store(ROOT / "skills_db" / "skills.duckdb", read_only=True)
+    try:
+        return store.library_hash()
+    finally:
+        store.close()
+
+
 def pack_runs(out: Path) -> None:
     """Each run's trajectory, best kernel and log in one file, DIR/runs.tar.gz, in place of DIR/runs/: a device call
     returns files at most two folders below $OUT, and a bounded number of them, so runs/NAME/ would not
@@ -245,7 +255,7 @@ def main() -> int:
     results = {n: results[n] for n in names}
     env = next((r["env"] for r in results.values() if r.get("env")), None)
     rec = {"benchmark": "apply_naive_gpu", "env": env, "gpus": n_gpu, "wall_s": round(time.monotonic() - t0, 1),
-           "config": {"budget_steps": ns.budget_steps, "deadline_s": ns.deadline_s,
+           "config": {"budget_steps": ns.budget_steps, "deadline_s": ns.deadline_s, "library": library_hash(),
                       "command": "klineage apply --workload apply_workloads/NAME --start apply_workloads/NAME/naive.cu "
                                  f"--db COPY_OF_skills_db/skills.duckdb --budget-steps {ns.budget_steps} --json"},
            "kernels": results, "summary": summary(results)}

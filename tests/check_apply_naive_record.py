@@ -90,8 +90,15 @@ def test_a_run_replays_from_its_evaluations(record, name, tmp_path):
 def test_the_dry_runs_first_candidate_is_the_live_runs(record, tmp_path):
     """On every kernel the record ran, `apply --dry-run` names the candidate the live run gated first."""
     from klineage.cli import main
+    from klineage.store import open_store
     db = tmp_path / "lib.duckdb"
     shutil.copy(ROOT / "skills_db" / "skills.duckdb", db)
+    store = open_store(db, read_only=True)
+    try:  # retrieval ranks by the library: the record's runs copied the shipped one of their day
+        assert store.library_hash() == record["config"].get("library"), \
+            "the shipped library is not the one the record's runs copied: record the runs again"
+    finally:
+        store.close()
     for name, r in record["kernels"].items():
         if r["status"] != "done":
             continue
