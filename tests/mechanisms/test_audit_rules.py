@@ -37,7 +37,7 @@ def compiler(monkeypatch):
     """Install evidence for sources: {source: (Ev, presence dict)}."""
     table: dict = {}
     import klineage.mechanisms.evidence as evmod
-    monkeypatch.setattr(evmod, "evidence", lambda src: table[src][0])
+    monkeypatch.setattr(evmod, "evidence", lambda src, arch=None: table[src][0])
     monkeypatch.setattr(evmod, "presence", lambda ev: next(p for e, p in table.values() if e is ev))
     return table
 
@@ -321,7 +321,7 @@ def test_a_structural_rewrite_adds_its_shape_and_nothing_else():
 
 
 def test_a_structural_rewrite_may_write_its_companions():
-    # register_cache is written with a per-thread count (WRITTEN_WITH)
+    # register_cache is written with a per-thread count (its Family's written_with)
     out = A.audit_structural([], [f("coarsening")], "register_cache", KNOWN, set(), {"register_cache"})
     assert out["ok"] and out["companions"] == ["coarsening"] and out["reason"] == ""
     out = A.audit_structural([], [f("coarsening"), f("unroll")], "register_cache", KNOWN, set(), {"register_cache"})
@@ -405,7 +405,10 @@ def test_a_structural_rewrite_of_a_mechanism_no_family_declares(monkeypatch):
     out = A.audit_structural([], [], "no_such_shape", KNOWN, set(), {"no_such_shape"})
     assert out["ok"] and "companions" not in out
     # companions are what the family writes with, never the mechanism itself
-    from klineage.mechanisms import registry
-    monkeypatch.setattr(type(registry()["unroll"]), "WRITTEN_WITH", ("restrict",), raising=False)
+    import dataclasses
+    from klineage.mechanisms import family_specs
+    specs = dict(family_specs())
+    specs["unroll"] = dataclasses.replace(specs["unroll"], written_with=("restrict",))
+    monkeypatch.setattr(A, "_specs", lambda: specs)
     out = A.audit_structural([], [f("unroll"), f("restrict")], "unroll", KNOWN, set(), {"unroll"})
     assert out["ok"] and out["companions"] == ["restrict"]
