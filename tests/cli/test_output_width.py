@@ -50,7 +50,8 @@ def _long(text: str) -> list[str]:
 
 
 @pytest.mark.nvcc
-def test_the_tour_and_its_dry_runs(db, tmp_path):
+def test_the_tour_and_its_dry_runs(db, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the commands as the README gives them, from the repository root
     cmds = [["gate", "expert_kernels/row_sum/expert.cu", "--config", "pipelines/mine.toml", "--replay", "--quiet"],
             ["apply", "--workload", "apply_workloads/gelu", "--start", "apply_workloads/gelu/naive.cu", "--dry-run"],
             ["report", "--out", str(tmp_path / "report"), "--quiet"],
