@@ -38,6 +38,11 @@ from klineage.workload import Workload
 STOPS = ("budget_steps", "budget_usd", "budget_time", "no_candidates", "start_failed")
 
 
+# What a run's config said of its target before ApplyConfig.arch: the runs built for DEFAULT_ARCH keep
+# it in their id (recorded runs replay under their ids), whatever card measured them
+LEGACY_PLATFORM = "NVIDIA H200 (sm_90)"
+
+
 @dataclass
 class ApplyConfig:
     materializers: tuple[str, ...] = ("rules", "sweep")
@@ -91,8 +96,9 @@ class ApplyConfig:
             del d["sweep_axes"]
         if d["structural"] is None:
             del d["structural"]
-        if d["arch"] == DEFAULT_ARCH:
+        if d["arch"] == DEFAULT_ARCH:  # as run ids named the default target before `arch` (run ids as before)
             del d["arch"]
+            d["platform"] = LEGACY_PLATFORM
         return d
 
 

@@ -166,7 +166,10 @@ class Family:
     forward       how the mechanism is written in: ("reoptimize",), ("shape",), both, or ()
     anchor_query  the tree-sitter query of the code it sits on, shown on a skill card's anchor; "" when
                   no single query names it
-    addresses     the bottleneck classes (BOTTLENECKS) it relieves: retrieval's bottleneck term
+    addresses     the bottleneck classes (BOTTLENECKS) it relieves: retrieval's bottleneck term. The
+                  tensor-core and pipeline families declare none: the held-out runs recorded in
+                  benchmarks/results/heldout_h200 ranked them so, and a class here reorders what their
+                  search sweeps (their attention rows would no longer replay)
     rules         names of the static precondition rules (klineage.mechanisms.static.RULES) that
                   read its soundness off the richer kernel
     hardware      names of the hardware needs (klineage.mechanisms.static.HARDWARE) it may carry

@@ -50,7 +50,7 @@ FAMILY = Family(
     ),
     compiler="copies from global into shared memory that skip registers: cp.async.ca/.cg and bulk copies to shared",
     forward=("shape",),
-    addresses=frozenset({"latency", "memory"}),
+    addresses=frozenset(),  # none: see Family.addresses
     rules=("shared_memory",),
     hardware=("tma", "cp.async"),
     companions=frozenset({"multistage_buffer"}),

@@ -174,7 +174,7 @@ FAMILY = Family(
         Form("a double buffer [2][...] picked by a toggled index", rewritable=False),
         Form("a prefetch double buffer: one half written with the next tile while the other is read", rewritable=False),
     ),
-    addresses=frozenset({"latency", "memory"}),
+    addresses=frozenset(),  # none: see Family.addresses
     rules=("shared_memory",),
     hardware=("cp.async",),
     companions=frozenset({"async_copy"}),

@@ -282,5 +282,5 @@ FAMILY = Family(
         Form("an array of MMA accumulator fragments (acc[MI][NI][4])", rewritable=False),
     ),
     forward=("shape",),
-    addresses=frozenset({"compute"}),
+    addresses=frozenset(),  # none: see Family.addresses
 )

@@ -140,7 +140,7 @@ FAMILY = Family(
         Form("TMA or wgmma-descriptor swizzle modes (128B, 64B, 32B)", rewritable=False),
     ),
     forward=("shape",),
-    addresses=frozenset({"memory"}),
+    addresses=frozenset(),  # none: see Family.addresses
     rules=("shared_memory",),
     conflicts=(("shared tile", "smem_padding"),),
 )

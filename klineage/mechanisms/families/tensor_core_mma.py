@@ -59,7 +59,7 @@ FAMILY = Family(
     ),
     compiler="mma.sync, wmma.mma.sync and wgmma.mma_async instructions",
     forward=("shape",),
-    addresses=frozenset({"compute"}),
+    addresses=frozenset(),  # none: see Family.addresses
     rules=("dtype_intrinsics",),
     hardware=("wgmma", "setmaxnreg", "tcgen05", "mma.sync"),
     scope=targets_from("sm_80"),

@@ -40,7 +40,7 @@ FAMILY = Family(
     ),
     compiler="bulk copies (cp.async.bulk, .tensor, cp.reduce.async.bulk) in either direction",
     forward=("shape",),
-    addresses=frozenset({"latency", "memory"}),
+    addresses=frozenset(),  # none: see Family.addresses
     rules=("shared_memory",),
     hardware=("tma",),
     scope=targets_from("sm_90"),

@@ -128,6 +128,6 @@ FAMILY = Family(
     ),
     compiler="setmaxnreg, the register hand-over between warp roles",
     forward=("shape",),
-    addresses=frozenset({"compute", "latency"}),
+    addresses=frozenset(),  # none: see Family.addresses
     hardware=("wgmma", "setmaxnreg", "tma"),
 )

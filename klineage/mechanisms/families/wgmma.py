@@ -44,7 +44,7 @@ FAMILY = Family(
     ),
     compiler="wgmma.mma_async instructions",
     forward=("shape",),
-    addresses=frozenset({"compute"}),
+    addresses=frozenset(),  # none: see Family.addresses
     rules=("shared_memory", "dtype_intrinsics"),
     hardware=("wgmma",),
     scope=("sm_90a",),
