@@ -282,12 +282,16 @@ def test_the_row_sum_ladder_gives_its_structural_steps_as_skills(shipped_skills)
                if l["workload_name"] == "row_sum" and l["proposer"] == "versions")
     assert lin["termination"] == "complete" and len(lin["transitions"]) >= 4
     structural = {"warp_per_row", "block_per_row", "thread_block_cluster"}
-    assert structural <= {t["mechanism"] for t in lin["transitions"]}
-    by_mech = {s["mechanism"]: s for s in shipped_skills}
+    # a step the evidence labels with two mechanisms (coarsening+warp_per_row) holds each of them
+    assert structural <= {m for t in lin["transitions"] for m in t["mechanism"].split("+")}
+
+    def lifted(m: str) -> list[dict]:
+        return [s for s in shipped_skills
+                if m in s["mechanism"].split("+") and lin["lineage_id"] in s["source_lineages"]]
     for m in structural:
-        assert lin["lineage_id"] in by_mech[m]["source_lineages"]
+        assert lifted(m), m
     # one warp per row instead of one thread: the step that matters most on the H200
-    assert by_mech["warp_per_row"]["effects"]["median_speedup"] > 5
+    assert max(s["effects"]["median_speedup"] for s in lifted("warp_per_row")) > 5
 
 
 # What each tensor-core expert's ladder must give as a step of its own (issue 7: the structural
