@@ -1,12 +1,15 @@
 """`klineage apply` on the naive kernels of apply_workloads/ (matrix products, sums over one dimension,
 softmax, log-softmax, LayerNorm, RMSNorm: structural_reach.py's classes): the shipped library, the
 command's defaults (rules and sweep, its admission, the structural rewrites), a budget of 12 steps,
-one call per kernel. Kernels are spread over the machine's GPUs, one worker process per GPU (its
-CUDA_VISIBLE_DEVICES), each running its kernels one after another into a copy of the library of its
-own, until a deadline: a kernel that cannot start in time is recorded as not run.
+one call per kernel, each into a copy of the library of its own. Kernels are taken from one queue,
+matrix products first, by --per-gpu runs at a time on each of the machine's GPUs (CUDA_VISIBLE_DEVICES),
+until a deadline: a kernel that cannot start in time is recorded as not run. Runs that share a GPU
+share its lock (klineage.gate.worker's GpuLock, KLINEAGE_GPU_LOCK): a gate worker times only while no
+other run's kernel is on the card (their correctness calls may overlap each other), while the other
+runs rewrite and compile; each evaluation records the time it waited (phases.gpu_wait_s).
 
     python benchmarks/apply_naive_gpu.py --out DIR [--budget-steps 12] [--deadline-s 480] [--gpus N]
-                                         [--dry-run] [NAME ...]
+                                         [--per-gpu 1] [--dry-run] [NAME ...]
 
 Per kernel, from the run's trajectory and the gate's evaluations in its library copy: the stop
 reason, the skills kept, every step, and per benchmark shape the naive start's, the best kernel's and
@@ -30,6 +33,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from queue import Empty, Queue
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -86,6 +90,18 @@ def _best_eval(traj: dict) -> str | None:
     return key
 
 
+def _gpu_time(evals: Path) -> dict:
+    """The seconds the run's evaluations held the GPU (their wall_s) and waited for it (gpu_wait_s)."""
+    import gzip
+    held = waited = 0.0
+    with gzip.open(evals, "rt") as f:
+        for line in f:
+            r = json.loads(line).get("result") or {}
+            held += r.get("wall_s") or 0.0
+            waited += (r.get("phases") or {}).get("gpu_wait_s") or 0.0
+    return {"gpu_s": round(held, 1), "gpu_wait_s": round(waited, 1)}
+
+
 def one(name: str, out: Path, env: dict, budget_steps: int, deadline: float) -> dict:
     """Apply on one kernel; its record entry."""
     from klineage.store import open_store
@@ -111,6 +127,7 @@ def one(name: str, out: Path, env: dict, budget_steps: int, deadline: float) -> 
         (out / "evals").mkdir(exist_ok=True)
         entry["evaluations"] = store.export_evaluations(out / "evals" / f"{name}.jsonl.gz",
                                                         workload_hashes=[wl.content_hash])
+        entry.update(_gpu_time(out / "evals" / f"{name}.jsonl.gz"))
         traj_path = run_dir / "trajectory.json"
         if rc is None or not traj_path.is_file():
             return {**entry, "status": "timeout" if rc is None else "error", "rc": rc,
@@ -140,12 +157,18 @@ def one(name: str, out: Path, env: dict, budget_steps: int, deadline: float) -> 
     return entry
 
 
-def worker(names: list[str], out: Path, budget_steps: int, deadline: float, gpu: str | None) -> dict:
+def worker(queue: "Queue[str]", out: Path, budget_steps: int, deadline: float, gpu: str | None) -> dict:
+    """Runs kernels from the queue on one GPU until it is empty; with a lock file when runs share it."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
+        env["KLINEAGE_GPU_LOCK"] = str(out / f"gpu{gpu}.lock")
     res = {}
-    for n in names:
+    while True:
+        try:
+            n = queue.get_nowait()
+        except Empty:
+            return res
         try:
             res[n] = one(n, out, env, budget_steps, deadline)
         except Exception as exc:  # a kernel whose run breaks is a recorded result, not a dead benchmark
@@ -154,7 +177,6 @@ def worker(names: list[str], out: Path, budget_steps: int, deadline: float, gpu:
         print(n, r["status"], r.get("stop_reason"), r.get("kept"),
               [round(s["speedup_vs_naive"], 2) for s in r.get("shapes", [])],
               [round(s["speedup_vs_torch"], 3) for s in r.get("shapes", [])], f"{r.get('wall_s')} s", flush=True)
-    return res
 
 
 def _geomean(xs: list[float]) -> float | None:
@@ -235,6 +257,8 @@ def main() -> int:
     ap.add_argument("--budget-steps", type=int, default=12)
     ap.add_argument("--deadline-s", type=float, default=480.0)
     ap.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: every one nvidia-smi lists)")
+    ap.add_argument("--per-gpu", type=int, default=1,
+                    help="runs at a time on each GPU (their GPU work serialised by the GPU's lock)")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("names", nargs="*")
     ns = ap.parse_args()
@@ -248,14 +272,20 @@ def main() -> int:
     if n_gpu < 1:
         print("no GPU: nvidia-smi lists none (run on a GPU machine, or pass --dry-run)", file=sys.stderr)
         return 2
-    shards = [names[i::n_gpu] for i in range(n_gpu)]
-    with ThreadPoolExecutor(max_workers=n_gpu) as pool:
-        parts = list(pool.map(lambda i: worker(shards[i], ns.out, ns.budget_steps, deadline, str(i)), range(n_gpu)))
+    queue: Queue[str] = Queue()
+    for n in names:
+        queue.put(n)
+    slots = [str(i) for i in range(n_gpu) for _ in range(max(1, ns.per_gpu))]
+    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+        parts = list(pool.map(lambda g: worker(queue, ns.out, ns.budget_steps, deadline, g), slots))
     results = {n: r for part in parts for n, r in part.items()}
     results = {n: results[n] for n in names}
     env = next((r["env"] for r in results.values() if r.get("env")), None)
     rec = {"benchmark": "apply_naive_gpu", "env": env, "gpus": n_gpu, "wall_s": round(time.monotonic() - t0, 1),
            "config": {"budget_steps": ns.budget_steps, "deadline_s": ns.deadline_s, "library": library_hash(),
+                      "per_gpu": ns.per_gpu,
+                      "gpu_lock": "runs sharing a GPU hold its lock (KLINEAGE_GPU_LOCK) over every evaluation"
+                      if ns.per_gpu > 1 else None,
                       "command": "klineage apply --workload apply_workloads/NAME --start apply_workloads/NAME/naive.cu "
                                  f"--db COPY_OF_skills_db/skills.duckdb --budget-steps {ns.budget_steps} --json"},
            "kernels": results, "summary": summary(results)}

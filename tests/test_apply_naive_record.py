@@ -36,3 +36,29 @@ def test_the_kernels_are_the_four_classes_matrix_products_first():
     assert set(classes) <= {"matmul", "reduction", "softmax", "normalisation"}
     assert classes == sorted(classes, key=list(bench.CLASSES).index)
     assert {"sum_dim1_strided", "rmsnorm_channels", "softmax_wrapped"} <= set(names)
+
+
+def test_runs_sharing_a_gpu_take_kernels_from_one_queue_and_share_its_lock(monkeypatch, tmp_path):
+    seen: list[tuple[str, str, str]] = []
+
+    def fake_one(name, out, env, budget_steps, deadline):
+        seen.append((name, env["CUDA_VISIBLE_DEVICES"], env["KLINEAGE_GPU_LOCK"]))
+        return {"class": "matmul", "status": "done", "wall_s": 1.0}
+
+    monkeypatch.setattr(bench, "one", fake_one)
+    q = bench.Queue()
+    for n in ("a", "b", "c"):
+        q.put(n)
+    first = bench.worker(q, tmp_path, 12, 0.0, "0")
+    assert list(first) == ["a", "b", "c"] and bench.worker(q, tmp_path, 12, 0.0, "0") == {}
+    assert {(g, lock) for _, g, lock in seen} == {("0", str(tmp_path / "gpu0.lock"))}
+
+
+def test_a_runs_gpu_time_is_its_evaluations_held_and_waited_seconds(tmp_path):
+    import gzip
+    import json
+    path = tmp_path / "e.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.write(json.dumps({"result": {"wall_s": 1.25, "phases": {"gpu_wait_s": 2.0}}}) + "\n")
+        f.write(json.dumps({"result": {"wall_s": 0.5}}) + "\n")  # a run without a lock
+    assert bench._gpu_time(path) == {"gpu_s": 1.8, "gpu_wait_s": 2.0}

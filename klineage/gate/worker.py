@@ -28,11 +28,20 @@ Evaluation of one candidate:
     timing "backlog_us" > 0 a GPU spin is queued before each timed call, sized from each side's
     measured host-side dispatch, so a reference's Python dispatch cannot open idle time inside its
     window; every call's host-side time is recorded either way (host_dispatch_us).
+
+Several workers on one GPU (concurrent runs sharing a card) set ``KLINEAGE_GPU_LOCK`` to one file
+(GpuLock): a worker holds it exclusively from the reference's first call to the end of the timing
+and for a bandwidth measurement, so no other worker's kernel runs while it measures; correctness
+calls and the device's setup hold it shared. The drivers' CPU work (rewrites, nvcc) runs side by
+side. The seconds a request waited for it are its ``phases.gpu_wait_s``, left out of its other
+phases and its ``wall_s``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
+import fcntl
 import glob
 import json
 import os
@@ -74,6 +83,7 @@ HEARTBEAT_S = 5.0  # a phase of many calls says it is alive between calls at lea
 # every configuration of their tuning table: ~50 s for attention on an H100 host, more on a busy
 # one). It runs once per workload and shape in a phase of its own, which may be silent this long.
 REFERENCE_WARMUP_STALL_S = 600.0
+GPU_LOCK_ENV = "KLINEAGE_GPU_LOCK"  # a file every worker sharing this GPU locks around its GPU work
 
 
 def backlog_for(floor_us: float, dispatch_us: list[float]) -> float:
@@ -134,6 +144,57 @@ class Channel:
         stall limit then bounds one call (a candidate's, or the reference's), not a phase's many."""
         if time.monotonic() - self.sent >= HEARTBEAT_S:
             self.progress(self.phase)
+
+
+class GpuLock:
+    """The lock of the workers sharing one GPU (GPU_LOCK_ENV names its file; unset: no lock). Timing
+    holds it exclusively: no other worker's kernel runs while a window is open. Work whose result does
+    not depend on an idle card (correctness calls, the device's setup) holds it shared, beside other
+    shared holders. A worker that wants it exclusively first takes a turnstile (a second file), which
+    shared holders pass through, so a steady stream of correctness calls cannot starve a timing.
+    While it waits inside a request the worker says so (phase "gpu_lock", a heartbeat every
+    HEARTBEAT_S), so the driver's stall limit never counts the wait as a hang; before its "ready"
+    message it waits silently, within the driver's start timeout. `waited` sums the seconds waited."""
+
+    def __init__(self, path: str | None, chan: "Channel"):
+        self.path, self.chan = path or None, chan
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644) if self.path else None
+        self.turn = os.open(self.path + ".turn", os.O_RDWR | os.O_CREAT, 0o644) if self.path else None
+        self.waited = 0.0
+
+    def _take(self, fd: int, how: int, announce: bool) -> None:
+        while True:
+            try:
+                fcntl.flock(fd, how | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if announce:
+                    self.chan.beat()
+                time.sleep(0.01)
+
+    @contextlib.contextmanager
+    def held(self, exclusive: bool = True, announce: bool = True):
+        """Hold the lock (exclusively, or shared) for the block; yields the seconds waited for it."""
+        if self.fd is None:
+            yield 0.0
+            return
+        t0 = time.monotonic()
+        if announce:
+            phase = self.chan.phase
+            self.chan.progress("gpu_lock")
+        self._take(self.turn, fcntl.LOCK_EX, announce)
+        try:
+            self._take(self.fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, announce)
+        finally:
+            fcntl.flock(self.turn, fcntl.LOCK_UN)
+        waited = time.monotonic() - t0
+        self.waited += waited
+        if announce:
+            self.chan.progress(phase)
+        try:
+            yield waited
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
 def _cudart():
@@ -444,8 +505,9 @@ def _poison(outs: dict) -> None:
 
 
 class Evaluator:
-    def __init__(self, chan: Channel):
+    def __init__(self, chan: Channel, lock: GpuLock | None = None):
         self.chan = chan
+        self.lock = lock or GpuLock(None, chan)
         self.dev = Device()
         self.env = environment(self.dev)
         self.warm: set[tuple[str, str]] = set()  # (workload hash, shape) whose reference ran in this process
@@ -683,18 +745,49 @@ class Evaluator:
             self.dev.restore_l2_settings()
             raise failure
 
+    def _measure(self, result: dict, cand: Candidate, workload, bench: list, cfg: dict) -> None:
+        """The reference's first calls, the activity check and the timing of every benchmark shape:
+        what must run on a card no other worker is using (under GpuLock, exclusively)."""
+        self.warm_reference(workload, bench)
+
+        act = self.activity(cand, workload, bench[0])
+        result["activity"] = act
+        if act["off_stream"]:
+            k = act["off_stream"][0]
+            raise CandidateFailure("GUARD_REJECTED", "off_stream_work",
+                                   f"kernel {k['name']} ran on stream {k['stream']}, not the harness "
+                                   f"stream {act['harness_stream']}: work outside the timed stream")
+        self.check_settings("after the activity call")
+        for shape in bench:
+            tm = self.timing(cand, workload, shape, cfg)
+            result["timing"].append(tm)
+            self.check_settings(f"after the timed calls of {shape_key(shape)}")
+            bad_re = [r for r in tm["rechecks"] if not r["ok"]]
+            if bad_re:
+                raise CandidateFailure("INCORRECT", "timed_output_wrong",
+                                       f"{shape_key(shape)}: output of timed call {bad_re[0]['call']} "
+                                       f"(trial {bad_re[0]['trial']}) wrong: {bad_re[0]['reason']}")
+            if tm["latency_us"] < cfg.get("floor_factor", 0.9) * tm["floor_us"]:
+                raise CandidateFailure("GUARD_REJECTED", "implausible_speed",
+                                       f"{shape_key(shape)}: {tm['latency_us']:.2f} us is under the "
+                                       f"physical floor {tm['floor_us']:.2f} us (bytes / measured "
+                                       "bandwidth, FLOPs / measured peak)")
+
     # -- one request -------------------------------------------------------------------------
     def evaluate(self, req: dict) -> dict:
         t0 = time.perf_counter()
+        self.lock.waited = 0.0  # the phases and wall_s below leave out the time waited for the GPU
         result = {"status": None, "env": self.env, "correctness": [], "activity": None, "timing": []}
         try:
             workload = load_workload(req["workload_path"])
             cand = Candidate(req["so_path"], workload)
             shapes = [(s["kind"], s["shape"]) for s in req["shapes"]]
-            result["correctness"] = self.correctness(cand, workload, shapes, req["seeds"])
-            self.check_settings("after the correctness calls")
+            with self.lock.held(exclusive=False):
+                result["correctness"] = self.correctness(cand, workload, shapes, req["seeds"])
+                self.check_settings("after the correctness calls")
             t_checked = time.perf_counter()
-            result["phases"] = {"correctness_s": t_checked - t0, "timing_s": 0.0}
+            result["phases"] = {"correctness_s": t_checked - t0 - self.lock.waited, "timing_s": 0.0}
+            waited_before = self.lock.waited
             bad = [c for c in result["correctness"] if not c["ok"]]
             if bad:
                 first = bad[0]
@@ -708,30 +801,9 @@ class Evaluator:
                                        f"{shape_key(first['shape'])} seed {seed['seed']}: {why}")
             bench = [s for k, s in shapes if k == "benchmark"]
             if req.get("timing") and bench:
-                self.warm_reference(workload, bench)
-                act = self.activity(cand, workload, bench[0])
-                result["activity"] = act
-                if act["off_stream"]:
-                    k = act["off_stream"][0]
-                    raise CandidateFailure("GUARD_REJECTED", "off_stream_work",
-                                           f"kernel {k['name']} ran on stream {k['stream']}, not the harness "
-                                           f"stream {act['harness_stream']}: work outside the timed stream")
-                self.check_settings("after the activity call")
-                for shape in bench:
-                    tm = self.timing(cand, workload, shape, req["timing"])
-                    result["timing"].append(tm)
-                    self.check_settings(f"after the timed calls of {shape_key(shape)}")
-                    bad_re = [r for r in tm["rechecks"] if not r["ok"]]
-                    if bad_re:
-                        raise CandidateFailure("INCORRECT", "timed_output_wrong",
-                                               f"{shape_key(shape)}: output of timed call {bad_re[0]['call']} "
-                                               f"(trial {bad_re[0]['trial']}) wrong: {bad_re[0]['reason']}")
-                    if tm["latency_us"] < req["timing"].get("floor_factor", 0.9) * tm["floor_us"]:
-                        raise CandidateFailure("GUARD_REJECTED", "implausible_speed",
-                                               f"{shape_key(shape)}: {tm['latency_us']:.2f} us is under the "
-                                               f"physical floor {tm['floor_us']:.2f} us (bytes / measured "
-                                               "bandwidth, FLOPs / measured peak)")
-            result["phases"]["timing_s"] = time.perf_counter() - t_checked
+                with self.lock.held(exclusive=True):
+                    self._measure(result, cand, workload, bench, req["timing"])
+            result["phases"]["timing_s"] = time.perf_counter() - t_checked - (self.lock.waited - waited_before)
             result["status"] = "PASSED"
         except CandidateFailure as f:
             result.update(status=f.status, error_kind=f.kind, error_message=f.message, fatal=f.fatal)
@@ -746,7 +818,9 @@ class Evaluator:
         if not result.get("fatal") and self.dev.l2_settings() != self.dev.settings_baseline:
             self.dev.restore_l2_settings()  # a candidate rejected for something else changed them too
             result["l2_settings_restored"] = True
-        result["wall_s"] = time.perf_counter() - t0
+        result["wall_s"] = time.perf_counter() - t0 - self.lock.waited
+        if self.lock.fd is not None:
+            result.setdefault("phases", {})["gpu_wait_s"] = round(self.lock.waited, 3)
         return result
 
 
@@ -755,8 +829,10 @@ def main(argv=None) -> int:
     ap.add_argument("--fd", type=int, required=True)
     ns = ap.parse_args(argv)
     chan = Channel(ns.fd)
+    lock = GpuLock(os.environ.get(GPU_LOCK_ENV), chan)
     try:
-        ev = Evaluator(chan)
+        with lock.held(exclusive=False, announce=False):
+            ev = Evaluator(chan, lock)
     except Exception as exc:
         chan.send({"event": "fatal", "error_kind": "no_device", "error_message": f"{type(exc).__name__}: {exc}"})
         return 3
@@ -779,8 +855,9 @@ def main(argv=None) -> int:
         elif req.get("op") == "ping":
             chan.send({"event": "pong", "id": req.get("id")})
         elif req.get("op") == "bandwidth":
-            chan.send({"event": "result", "id": req.get("id"),
-                       "result": {"copy_bandwidth_bytes_per_s": ev.dev.copy_bandwidth()}})
+            with lock.held():
+                bw = ev.dev.copy_bandwidth()
+            chan.send({"event": "result", "id": req.get("id"), "result": {"copy_bandwidth_bytes_per_s": bw}})
     return 0
 
 

@@ -42,6 +42,7 @@ def _evaluator(monkeypatch, dev: FakeDevice, **phases) -> W.Evaluator:
     changing the settings, or raising) before answering as an honest kernel would."""
     ev = object.__new__(W.Evaluator)
     ev.chan, ev.dev, ev.env, ev.warm = Quiet(), dev, {"gpu": "stand-in"}, set()
+    ev.lock = W.GpuLock(None, ev.chan)  # no other worker on this card
     monkeypatch.setattr(ev, "warm_reference", lambda workload, shapes: None)  # no reference to call here
     monkeypatch.setattr(W, "Candidate", lambda so_path, workload: object())
 

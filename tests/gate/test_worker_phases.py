@@ -48,6 +48,7 @@ def _evaluator(monkeypatch) -> worker_mod.Evaluator:
     monkeypatch.setattr(worker_mod, "place_inputs", lambda wl, shape, t: dict(t))
     ev = object.__new__(worker_mod.Evaluator)
     ev.chan, ev.warm, ev.env = _Chan(), set(), {}
+    ev.lock = worker_mod.GpuLock(None, ev.chan)  # no other worker on this card
     return ev
 
 
