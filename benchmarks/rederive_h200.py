@@ -14,7 +14,8 @@ any route writes), the answer is the rung itself and the walk reuses the richer 
 (`identity`: no ratio is reported for it). A fourth walk (`worse`)
 re-derives one mechanism in a configuration that keeps what it removes (`WORSE`: the transpose tile
 padded by a whole row of banks, so every column read conflicts again): a genuinely slower kernel the
-threshold must reject.
+threshold must reject. Every other step of that walk is the rung itself, so no step above it (the
+launch bounds, whose other route the transpose walk may reject) stops the walk before it.
 
     python3 benchmarks/rederive_h200.py --out $OUT                       # on the GPU machine, live
     python3 benchmarks/rederive_h200.py --out DIR --replay --import benchmarks/results/rederive_h100.jsonl.gz
@@ -146,9 +147,10 @@ def restore(mechanism: str, richer: str, simpler: str, config: dict) -> str | No
 
 def route(mechanism: str, richer: str, simpler: str, kind: str) -> dict:
     """How the forward step is written back: {"route": "other" | "worse" | "identity", "source",
-    "config"}: the first configuration of the family (WORSE's where `kind` is "worse" and it names the
-    family, else OTHER's) that restores the rung's features in other machine code; else the rung."""
-    worse = kind == "worse" and mechanism in WORSE
+    "config"}: the first configuration of the family (WORSE's where `kind` is "worse", OTHER's else)
+    that restores the rung's features in other machine code; else the rung. The worse walk changes
+    only the step WORSE names: each of its other steps is the rung."""
+    worse = kind == "worse"
     for cfg in (WORSE if worse else OTHER).get(mechanism, []):
         src = restore(mechanism, richer, simpler, cfg)
         if src is not None and built(src)["code"] != built(richer)["code"]:
@@ -246,7 +248,7 @@ def walk_one(name: str, workload: str, kind: str, gate, replay: bool, log) -> di
 
 def summarize(walks: dict) -> dict:
     """Over every walk: the steps, those re-derived by another route and measured (each pair of
-    kernels once: the worse walk repeats the other walk's steps above the one it changes), their
+    kernels once: a pair two walks share is counted once), their
     ratios and those of the rederive_slow rejections (each the ratio of two kernels of different
     machine code)."""
     steps = [s for w in walks.values() for s in w["steps"]]
