@@ -203,7 +203,12 @@ def pack_runs(out: Path) -> None:
         for f in sorted((out / "runs").glob("*/*")):
             if f.name in ("trajectory.json", "best.cu", "apply.log"):
                 tar.add(f, arcname=f.relative_to(out).as_posix())
+        for f in sorted((out / "evals").glob("*.jsonl.gz")):
+            tar.add(f, arcname=f.relative_to(out).as_posix())
     shutil.rmtree(out / "runs", ignore_errors=True)
+    shutil.rmtree(out / "evals", ignore_errors=True)
+    for f in out.glob("gpu*.lock*"):
+        f.unlink()
 
 
 def summary(results: dict) -> dict:
