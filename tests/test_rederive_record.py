@@ -10,8 +10,9 @@
   ran on): a ratio is reported only for a re-derivation of other machine code (its cubins are built
   again here and must differ), each per-trial ratio recomputed from the two recorded evaluations it
   compares, at least one re-derivation rejected below 0.99, and with nvcc the walks replayed from the
-  evaluations reach the same steps, ratios and rejections. A missing or empty record fails. That the
-  `worse` walk's own re-derivation is the one rejected is tests/check_rederive_record.py's to check.
+  evaluations reach the same steps, ratios and rejections, and the `worse` walk reaches the padding
+  step it re-derives its own way, measures that kernel and rejects it. A missing or empty record
+  fails.
 """
 from __future__ import annotations
 
@@ -266,3 +267,10 @@ def test_the_walks_replayed_from_the_record_reach_the_same_decisions(record_path
         assert got["steps"] == w["steps"] and got["termination"] == w["termination"]
         assert [(r["kind"], r["mechanism"], r.get("trials")) for r in got["rejections"]] == \
             [(r["kind"], r["mechanism"], r.get("trials")) for r in w["rejections"]]
+
+
+def test_the_worse_walk_measures_its_own_rederivation_and_rejects_it(record):
+    w = record["walks"]["transpose_worse"]
+    assert "live" in w["sources"], "the worse walk measured nothing of its own"
+    slow = [r for r in w["rejections"] if r["kind"] == "rederive_slow"]
+    assert [(r["mechanism"], r.get("route")) for r in slow] == [("smem_padding", "worse")]
