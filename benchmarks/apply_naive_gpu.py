@@ -10,6 +10,7 @@ runs rewrite and compile; each evaluation records the time it waited (phases.gpu
 
     python benchmarks/apply_naive_gpu.py --out DIR [--budget-steps 12] [--deadline-s 480] [--gpus N]
                                          [--per-gpu 1] [--dry-run] [NAME ...]
+    python benchmarks/apply_naive_gpu.py --out DIR --table RECORD     # the record's table, as docs/apply.md has it
 
 Per kernel, from the run's trajectory and the gate's evaluations in its library copy: the stop
 reason, the skills kept, every step, and per benchmark shape the naive start's, the best kernel's and
@@ -235,6 +236,26 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown(rec: dict) -> str:
+    """The record as docs/apply.md shows it: the card, the call, and per kernel the stop, the geometric
+    means over its shapes of the speedup over the naive start and over PyTorch, and the skills kept."""
+    env, cfg = rec["env"] or {}, rec["config"]
+    lines = [f"{env.get('gpu')}, driver {env.get('driver')}, nvcc {env.get('nvcc')}, torch {env.get('torch')}; "
+             f"budget {cfg['budget_steps']}, {rec['gpus']} GPU, {cfg.get('per_gpu', 1)} runs at a time on it, "
+             f"{rec['wall_s']:.0f} s for the call (`benchmarks/results/apply_naive/`).", "",
+             "| kernel | class | stop | x naive | x PyTorch | kept, in order |", "|---|---|---|---|---|---|"]
+    for n, r in rec["kernels"].items():
+        sp = _geomean([s["speedup_vs_naive"] for s in r.get("shapes", [])])
+        st = _geomean([s["speedup_vs_torch"] for s in r.get("shapes", [])])
+        lines.append(f"| {n} | {r['class']} | {r.get('stop_reason') or r['status']} | {f'{sp:.2f}' if sp else '-'} | "
+                     f"{f'{st:.3f}' if st else '-'} | {', '.join(r.get('kept') or []) or '-'} |")
+    lines += ["", "| class | kernels | run | x naive | x PyTorch | a structural skill kept |", "|---|---|---|---|---|---|"]
+    for c, v in rec["summary"].items():
+        lines.append(f"| {c} | {v['kernels']} | {v['done']} | {v['speedup_vs_naive']:.2f} | {v['speedup_vs_torch']:.3f} | "
+                     f"{v['kept_structural']} |")
+    return "\n".join(lines)
+
+
 def dry_run(names: list[str], out: Path) -> int:
     """`klineage apply --dry-run --json` on each kernel: the plan (no GPU)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
@@ -265,8 +286,12 @@ def main() -> int:
     ap.add_argument("--per-gpu", type=int, default=1,
                     help="runs at a time on each GPU (their GPU work serialised by the GPU's lock)")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--table", type=Path, help="print a record's Markdown table (docs/apply.md) and exit")
     ap.add_argument("names", nargs="*")
     ns = ap.parse_args()
+    if ns.table:
+        print(markdown(json.loads(ns.table.read_text())))
+        return 0
     t0 = time.monotonic()
     deadline = t0 + ns.deadline_s
     names = ns.names or kernels()

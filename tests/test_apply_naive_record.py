@@ -1,5 +1,5 @@
 """How benchmarks/apply_naive_gpu.py reads a run and which kernels it covers (no record, no GPU); the
-GPU record it writes is checked by tests/check_apply_naive_record.py."""
+GPU record it writes is checked by tests/test_apply_naive_gpu_record.py."""
 from __future__ import annotations
 
 import importlib.util

@@ -1,14 +1,10 @@
 """The GPU record of `klineage apply` (budget 12) on the naive kernels of apply_workloads/
-(benchmarks/results/apply_naive/, written by `OUT=... bash benchmarks/apply_naive_gpu.sh` in one device
-call): it covers every kernel of the matrix-product, reduction, softmax and normalisation classes, at
-least 80% of them run, is named by the card its environment shows, and its figures are those of its
-evaluations; runs are replayed on the CPU from the exported evaluations and must give the recorded
-trajectory. It measures nothing.
-
-Not collected by the suite (its name does not start with test_): the H100 record in
-benchmarks/results/apply_naive/ holds 14 of the 29 kernels, without their trajectories. Run it by
-hand (`pytest tests/check_apply_naive_record.py`); it joins the suite as test_apply_naive_gpu_record.py
-with a record that passes it.
+(benchmarks/results/apply_naive/, written by `OUT=... bash benchmarks/apply_naive_gpu.sh --per-gpu 8`
+in one device call): it covers every kernel of the matrix-product, reduction, softmax and
+normalisation classes, at least 80% of them run, it is named by the card its environment shows, runs
+that shared the card timed under its lock, and its figures are those of its evaluations; runs are
+replayed on the CPU from the exported evaluations and must give the recorded trajectory, and
+`apply --dry-run` names the candidate each live run gated first. It measures nothing.
 """
 from __future__ import annotations
 
@@ -39,6 +35,26 @@ def test_the_record_is_named_by_its_card_and_covers_every_kernel(record):
     assert card_of(record["_path"], bench.RECORD) == card(env["gpu"])
     assert list(record["kernels"]) == bench.kernels()
     assert record["config"]["budget_steps"] == 12
+    assert "calls" not in record["config"], "the record joins several device calls: record it in one"
+
+
+def test_runs_that_shared_the_card_timed_under_its_lock(record):
+    """With several runs a GPU, every evaluation waited for the card's lock (phases.gpu_wait_s) and
+    was measured on the record's card."""
+    import gzip
+    if record["config"].get("per_gpu", 1) <= 1:
+        pytest.skip("one run at a time on each GPU: no lock")
+    for name, r in record["kernels"].items():
+        if r["status"] != "done":
+            continue
+        rows = [json.loads(l) for l in gzip.decompress((DIR / "evals" / f"{name}.jsonl.gz").read_bytes()).splitlines()]
+        measured = [e for e in rows if e["status"] == "PASSED"]
+        assert measured, name
+        for e in measured:
+            assert "gpu_wait_s" in (e["result"].get("phases") or {}), (name, e["eval_key"])
+            assert e["gpu"] == record["env"]["gpu"], (name, e["eval_key"])
+        assert r["gpu_wait_s"] == pytest.approx(sum((e["result"].get("phases") or {}).get("gpu_wait_s", 0.0)
+                                                           for e in rows), abs=0.1)
     done = [n for n, r in record["kernels"].items() if r["status"] == "done"]
     assert len(done) >= 0.8 * len(record["kernels"]), {n: r["status"] for n, r in record["kernels"].items()}
 
@@ -128,3 +144,9 @@ def _start_bottleneck(name: str, naive: str) -> str:
     assert start, f"{name}: no recorded evaluation of the start kernel"
     e = start[0]
     return bottleneck_of(SimpleNamespace(timing=e["result"].get("timing"), eval_key=e["eval_key"]))["class"]
+
+
+def test_docs_show_the_records_table(record):
+    table = bench.markdown({k: v for k, v in record.items() if k != "_path"})
+    assert table in (ROOT / "docs" / "apply.md").read_text(), \
+        "docs/apply.md's table is not the record's: python benchmarks/apply_naive_gpu.py --out /tmp/x --table RECORD"
