@@ -304,3 +304,31 @@ def test_a_calls_export_leaves_out_what_the_calls_before_recorded(tmp_path):
     assert heldout_h200.drop_records(f, {"b"}) == 2
     with gzip.open(f, "rt") as fh:
         assert [json.loads(line)["eval_key"] for line in fh] == ["a", "c"]
+
+
+def test_a_folder_the_split_call_unpacked_is_not_unpacked_again(tmp_path, monkeypatch):
+    """The processes of a split call share one FlagGems folder, filled once before they start: a
+    process finds the configurations there and does not unpack the seed over them."""
+    seed = tmp_path / "seed"
+    (seed / "config_cache").mkdir(parents=True)
+    (seed / "config_cache" / "TunedConfig.db").write_bytes(b"seeded")
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    assert heldout_h200.save_reference_cache(seed, packed)
+    shared = tmp_path / "shared"
+    (shared / "config_cache").mkdir(parents=True)
+    (shared / "config_cache" / "TunedConfig.db").write_bytes(b"tuned since")  # another process tuned more
+    monkeypatch.setenv("FLAGGEMS_CACHE_DIR", str(shared))
+    assert heldout_h200.load_reference_cache([packed]) == shared
+    assert (shared / "config_cache" / "TunedConfig.db").read_bytes() == b"tuned since"
+
+
+def test_the_wall_table_counts_a_split_calls_processes_as_one_call(tmp_path):
+    import json
+    for tag, fams, wall in (("call1", {"gemm": 470.0}, 478.0), ("call3_attention", {"attention": 400.0}, 410.0),
+                            ("call3_reduction", {"reduction": 300.0}, 305.0)):
+        (tmp_path / f"heldout_h100_{tag}.json").write_text(json.dumps({"tag": tag, "family_wall_s": fams,
+                                                                       "wall_s": wall}))
+    table = heldout_h200.wall_table(tmp_path)
+    assert "| attention | 400 s |" in table and "| reduction | 300 s |" in table
+    assert "| all (2 calls, start-up and export included) | 888 s |" in table
