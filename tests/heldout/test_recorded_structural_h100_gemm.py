@@ -64,3 +64,7 @@ def test_docs_quote_the_report():
     faster = [i["instance"] for i in rows
               if i["conditions"]["control-structural"]["speedup"] > i["conditions"]["skills"]["speedup"]]
     assert "faster than skills\non each of the 8 instances" in part and len(faster) == 8
+    ratio = next(ln for ln in txt if ln.startswith("gemm ") and "skills / control-structural" in ln)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "(skills / control-structural " + ratio.split("control-structural ")[1].split(" over")[0] + "," in readme
+    assert "ends faster than skills on all 8 instances" in readme
