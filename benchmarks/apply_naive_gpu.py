@@ -19,7 +19,7 @@ kernel in the same trials), the speedup over the start (the run's paired compari
 (the best kernel's evaluation). Writes DIR/apply_naive_<card>.json (<card> from the GPU the
 evaluations name: h100, h200, ...; benchmarks/record_names.py), DIR/evals/<name>.jsonl.gz (each workload's evaluations: what a
 CPU `--replay` of a run reads), DIR/runs.tar.gz (runs/<name>/: best.cu, trajectory.json, the command's log) and
-prints a table. --dry-run runs `klineage apply --dry-run` instead (no GPU: each kernel's plan) and
+prints the record's table (what --table prints). --dry-run runs `klineage apply --dry-run` instead (no GPU: each kernel's plan) and
 writes DIR/apply_naive_plan.json.
 """
 from __future__ import annotations
@@ -226,16 +226,6 @@ def summary(results: dict) -> dict:
     return out
 
 
-def table(results: dict) -> str:
-    lines = [f"{'kernel':26s} {'class':13s} {'status':8s} {'stop':13s} {'x naive':>8s} {'x torch':>8s}  kept"]
-    for n, r in results.items():
-        sp = _geomean([s["speedup_vs_naive"] for s in r.get("shapes", [])])
-        st = _geomean([s["speedup_vs_torch"] for s in r.get("shapes", [])])
-        lines.append(f"{n:26s} {r['class']:13s} {r['status']:8s} {str(r.get('stop_reason') or '-'):13s} "
-                     f"{sp if sp else '-':>8} {st if st else '-':>8}  {', '.join(r.get('kept') or [])}")
-    return "\n".join(lines)
-
-
 def markdown(rec: dict) -> str:
     """The record as docs/apply.md shows it: the card, the call, and per kernel the stop, the geometric
     means over its shapes of the speedup over the naive start and over PyTorch, and the skills kept."""
@@ -314,8 +304,7 @@ def main() -> int:
     rec = {"benchmark": "apply_naive_gpu", "env": env, "gpus": n_gpu, "wall_s": round(time.monotonic() - t0, 1),
            "config": {"budget_steps": ns.budget_steps, "deadline_s": ns.deadline_s, "library": library_hash(),
                       "per_gpu": ns.per_gpu,
-                      "gpu_lock": "runs sharing a GPU hold its lock (KLINEAGE_GPU_LOCK) over every evaluation"
-                      if ns.per_gpu > 1 else None,
+                      "gpu_lock": "runs sharing a GPU hold its lock (KLINEAGE_GPU_LOCK) over every evaluation",
                       "command": "klineage apply --workload apply_workloads/NAME --start apply_workloads/NAME/naive.cu "
                                  f"--db COPY_OF_skills_db/skills.duckdb --budget-steps {ns.budget_steps} --json"},
            "kernels": results, "summary": summary(results)}
@@ -323,7 +312,7 @@ def main() -> int:
     path.write_text(json.dumps(rec, indent=1, default=str) + "\n")
     shutil.rmtree(ns.out / "db", ignore_errors=True)  # the library copies: the evaluations are exported
     pack_runs(ns.out)
-    print(table(results))
+    print(markdown(rec))
     print(json.dumps(rec["summary"], indent=1))
     print(f"wrote {path}")
     return 0
