@@ -307,9 +307,20 @@ def read_plan(paths, names: list[str]) -> list[tuple[str, tuple[str, ...]]] | No
     return None
 
 
-def seeded_rows(paths, run_id: str, code: str) -> list[dict]:
-    """The decided rows (PASSED or FAILED) of run `run_id` that code `code` decided, from the
-    *.rows.json.gz files among `paths` (files or folders); later files win."""
+def run_key(cfg, library: list[dict]) -> str:
+    """What a row's search depends on besides its instance and the code: the configuration and the
+    library (klineage.heldout.run.run_id_for without the instance list; each instance is searched on
+    its own, its random draws seeded by its name). Rows of one key and code are valid for any split of
+    the instances over processes and calls."""
+    import hashlib
+    blob = json.dumps({"config": cfg.to_dict(), "library": sorted(s["skill_id"] for s in library)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def seeded_rows(paths, run_id: str, code: str, key: str | None = None, names=None) -> list[dict]:
+    """The decided rows (PASSED or FAILED) that code `code` decided in run `run_id`, or in any run of
+    run key `key` (another split of the instances), of the instances `names` (all when None), from
+    the *.rows.json.gz files among `paths` (files or folders); later files win."""
     import gzip
     rows = {}
     for p in map(Path, paths):
@@ -317,12 +328,27 @@ def seeded_rows(paths, run_id: str, code: str) -> list[dict]:
         for f in files:
             with gzip.open(f, "rt") as fh:
                 rec = json.load(fh)
-            if rec.get("run_id") != run_id or rec.get("code") != code:
+            same_run = rec.get("run_id") == run_id or (key is not None and rec.get("run_key") == key)
+            if not same_run or rec.get("code") != code:
                 continue
             for r in rec["rows"]:
-                if r["status"] in ("PASSED", "FAILED"):
+                if r["status"] in ("PASSED", "FAILED") and (names is None or r["instance"] in names):
                     rows[(r["instance"], r["condition"])] = r
     return list(rows.values())
+
+
+def shard(instances: list, spec: str | None) -> list:
+    """Part K of N ("K/N", K from 1) of `instances`: every N-th by name, from the K-th. The parts of
+    one N cover the instances once each; a part's rows seed a later call split otherwise (run_key)."""
+    if not spec:
+        return instances
+    try:
+        k, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard {spec!r}: write K/N, e.g. 1/2 for the first of two parts") from None
+    if not 1 <= k <= n:
+        raise SystemExit(f"--shard {spec!r}: K must be 1 to N")
+    return sorted(instances, key=lambda i: i.name)[k - 1::n]
 
 
 REFERENCE_CACHE = "flaggems_config_cache.tar.gz"
@@ -403,15 +429,19 @@ def recorded_keys(paths) -> set[str]:
 def wall_table(folder: Path) -> str:
     """Markdown: the wall time each family took over the calls recorded in `folder` (each call's
     family_wall_s, the calls' whole wall time beside them). The processes of one split call
-    (heldout_h200_split.sh: tags CALL_FAMILY) ran at once: the call's wall time is the longest."""
+    (heldout_h200_split.sh: tags CALL_FAMILY or CALL_FAMILY-KofN) ran at once: the call's wall time,
+    and a family's in that call when several processes shared it, is the longest."""
     runs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob("heldout_h*_call*.json"))]
-    fams: dict[str, float] = {}
+    per_call: dict[tuple[str, str], float] = {}
     calls: dict[str, float] = {}
     for c in runs:
-        for fam, w in (c.get("family_wall_s") or {}).items():
-            fams[fam] = fams.get(fam, 0.0) + w
         call = str(c.get("tag") or "").split("_")[0]
+        for fam, w in (c.get("family_wall_s") or {}).items():
+            per_call[(call, fam)] = max(per_call.get((call, fam), 0.0), w)
         calls[call] = max(calls.get(call, 0.0), c.get("wall_s") or 0.0)
+    fams: dict[str, float] = {}
+    for (_, fam), w in per_call.items():
+        fams[fam] = fams.get(fam, 0.0) + w
     lines = ["| family | wall time over the calls |", "|---|---|"]
     lines += [f"| {fam} | {w:.0f} s |" for fam, w in fams.items()]
     lines.append(f"| all ({len(calls)} calls, start-up and export included) | {sum(calls.values()):.0f} s |")
@@ -448,6 +478,8 @@ def main() -> int:
                          "next call resumes from it)")
     ap.add_argument("--families", default=None)
     ap.add_argument("--instances", default=None)
+    ap.add_argument("--shard", default=None, metavar="K/N",
+                    help="part K of N of the chosen instances (every N-th by name): one of N processes at once")
     ap.add_argument("--budget", type=int, default=None)
     ap.add_argument("--conditions", default=None)
     ap.add_argument("--vendor", choices=("auto", "primary", "fallback"), default=None)
@@ -493,14 +525,14 @@ def main() -> int:
 
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None  # noqa: E731
     families, names = split(ns.families), split(ns.instances)
-    tag = ns.tag or "_".join(names or families or ["all"])
+    tag = ns.tag or "_".join(names or families or ["all"]) + (f"-{ns.shard.replace('/', 'of')}" if ns.shard else "")
     t0 = time.perf_counter()
     hp = load_pipeline(ns.config).run
     over = {k: v for k, v in (("budget", ns.budget), ("vendor", ns.vendor)) if v is not None}
     if ns.conditions:
         over["conditions"] = tuple(split(ns.conditions))
     hp.config = dataclasses.replace(hp.config, **over)
-    instances = load_instances(hp.root, families, names)
+    instances = shard(load_instances(hp.root, families, names), ns.shard)
     if ns.front_end_answers is not None:
         return write_front_end_answers(ns.front_end_answers, instances, hp.config)
     if ns.plan_pack is not None:
@@ -542,7 +574,8 @@ def main() -> int:
     from klineage.heldout.run import run_id_for
     code = code_hash()
     run_id = run_id_for(instances, hp.config, store.skills())
-    rows_in = seeded_rows(ns.seed_recorded, run_id, code)
+    key = run_key(hp.config, store.skills())
+    rows_in = seeded_rows(ns.seed_recorded, run_id, code, key, {i.name for i in instances})
     if rows_in:  # decided by an earlier call of this run with this code: not searched again
         store.put_heldout_run({"run_id": run_id, "root": str(hp.root), "config": hp.config.to_dict(), "status": "running"})
         for r in rows_in:
@@ -641,7 +674,7 @@ def main() -> int:
         rows_out = [r for r in store.heldout_results(run_id) if r["status"] in ("PASSED", "FAILED")]
         import gzip
         with gzip.open(ns.out / f"{prefix}_{tag}{ROWS_SUFFIX}", "wt") as fh:
-            json.dump({"run_id": run_id, "code": code, "rows": rows_out}, fh, sort_keys=True)
+            json.dump({"run_id": run_id, "run_key": key, "code": code, "rows": rows_out}, fh, sort_keys=True)
         store.close()
     fam_of = {i.name: i.family for i in instances}
     by_family: dict[str, float] = {}

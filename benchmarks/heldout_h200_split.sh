@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # One device call of the held-out run with one process per family at once on the machine's one GPU,
 # carried with [".whlh", ".whlg"] (benchmarks/device_site.sh h g):
-#   bash benchmarks/heldout_h200_split.sh TAG FAMILY[,FAMILY...] [heldout_h200.py options ...]
+#   bash benchmarks/heldout_h200_split.sh TAG FAMILY[/N][,FAMILY[/N]...] [heldout_h200.py options ...]
 # e.g. the structural check's attention and reductions, seeded with the calls before:
 #   bash benchmarks/heldout_h200_split.sh call3 attention,reduction --config pipelines/heldout_structural.toml \
 #        --seed-recorded benchmarks/results/heldout_structural_h100 --time-limit 470
 # Each family F runs `benchmarks/heldout_h200.py --prebuild --families F --tag TAG_F` with a database and
 # an output folder of its own and an equal share of the cores heldout_h200.py gives its background
-# builds. The processes share the GPU's lock (KLINEAGE_GPU_LOCK, klineage.gate.worker.GpuLock: a gate
+# builds; F/N runs N processes, `--shard K/N` (every N-th instance by name, tag TAG_F-KofN), for the
+# family whose instances take longest. The processes share the GPU's lock (KLINEAGE_GPU_LOCK, klineage.gate.worker.GpuLock: a gate
 # worker times only while no other process's kernel is on the card; correctness calls may overlap)
 # and FlagGems' cache folder (the seeded tuned configurations unpacked once before them, packed once
-# after them). Rows are decided per family (a family's run id names its instances): seed a later call
-# split the same way. Writes $OUT/h/TAG.tar.gz (every family's files as heldout_h200_call.sh writes
+# after them). A later call takes the rows these decided whichever way it is split (heldout_h200.py
+# run_key: the configuration and library; the code too). Writes $OUT/h/TAG.tar.gz (every family's files as heldout_h200_call.sh writes
 # them, their logs, environment.json and the reference's tuned configurations) and
 # $OUT/h/<prefix>_TAG.log (each family's exit status, then each log's tail). Afterwards:
 #   tar -xzf $FILES/h/TAG.tar.gz -C benchmarks/results/heldout_structural_h100
 # Exit status: 1 when a family failed, else 3 when a time limit cut one, else 0.
 set -u
-tag=${1:?usage: heldout_h200_split.sh TAG FAMILY[,FAMILY...] [heldout_h200.py options]}
-fams=${2:?usage: heldout_h200_split.sh TAG FAMILY[,FAMILY...] [heldout_h200.py options]}
+tag=${1:?usage: heldout_h200_split.sh TAG FAMILY[/N][,FAMILY[/N]...] [heldout_h200.py options]}
+fams=${2:?usage: heldout_h200_split.sh TAG FAMILY[/N][,FAMILY[/N]...] [heldout_h200.py options]}
 shift 2
 out=${OUT:?set OUT to the output folder of the device call}/h
 mkdir -p "$out"
@@ -50,27 +51,41 @@ if "--seed-recorded" in args:
         seeds.append(a)
 load_reference_cache(seeds)
 EOF
-IFS=, read -ra list <<< "$fams"
+# one process per entry of list: "FAMILY" or "FAMILY K/N"
+list=()
+IFS=, read -ra entries <<< "$fams"
+for e in "${entries[@]}"; do
+  case $e in
+    */*) f=${e%/*} n=${e#*/}
+         [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "heldout_h200_split.sh: $e: write FAMILY/N with N a count" >&2; exit 2; }
+         for k in $(seq 1 "$n"); do list+=("$f $k/$n"); done ;;
+    *) list+=("$e") ;;
+  esac
+done
 jobs=$(( ($(nproc) - 4) / ${#list[@]} )); [ "$jobs" -lt 1 ] && jobs=1
-pids=()
-for f in "${list[@]}"; do
-  mkdir -p "$work/out_$f"
-  python3 benchmarks/heldout_h200.py --prebuild --out "$work/out_$f" --tag "${tag}_$f" --families "$f" \
-    --db "$work/$f.duckdb" --build-jobs "$jobs" "$@" > "$work/out_$f/${prefix}_${tag}_$f.log" 2>&1 &
+pids=() names=()
+for e in "${list[@]}"; do
+  read -r f part <<< "$e"
+  name=$f shard=()
+  if [ -n "${part:-}" ]; then name="$f-${part/\//of}"; shard=(--shard "$part"); fi
+  names+=("$name")
+  mkdir -p "$work/out_$name"
+  python3 benchmarks/heldout_h200.py --prebuild --out "$work/out_$name" --tag "${tag}_$name" --families "$f" \
+    "${shard[@]}" --db "$work/$name.duckdb" --build-jobs "$jobs" "$@" > "$work/out_$name/${prefix}_${tag}_$name.log" 2>&1 &
   pids+=($!)
 done
 failed=0 cut=0
-for i in "${!list[@]}"; do
+for i in "${!names[@]}"; do
   wait "${pids[$i]}"
   rc=$?
-  echo "${list[$i]}: rc=$rc" >> "$log"
+  echo "${names[$i]}: rc=$rc" >> "$log"
   case $rc in 0) ;; 3) cut=1 ;; *) failed=1 ;; esac
 done
 # one copy of what every process wrote alike: the environment (the first family's), the tuned
 # configurations (the shared folder, as the last process left it)
-first=${list[0]}
+first=${names[0]}
 mkdir -p "$work/pack"
-for f in "${list[@]}"; do
+for f in "${names[@]}"; do
   rm -rf "$work/out_$f/flaggems_config_cache.tar.gz" "$work/out_$f/report"  # a family's report: the replay writes the run's
   [ "$f" = "$first" ] || rm -f "$work/out_$f/environment.json"
   cp -r "$work/out_$f/." "$work/pack/"
@@ -78,7 +93,7 @@ done
 python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path; \
 from heldout_h200 import save_reference_cache; save_reference_cache(Path('$FLAGGEMS_CACHE_DIR'), Path('$work/pack'))" >> "$log" 2>&1
 (cd "$work/pack" && tar -czf "$out/$tag.tar.gz" .)
-for f in "${list[@]}"; do
+for f in "${names[@]}"; do
   echo "== $f" >> "$log"
   tail -25 "$work/out_$f/${prefix}_${tag}_$f.log" >> "$log"
 done

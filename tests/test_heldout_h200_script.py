@@ -263,6 +263,41 @@ def test_rows_of_the_same_run_and_code_are_taken_others_are_searched_again(tmp_p
     assert len(heldout_h200.code_hash()) == 64
 
 
+def test_rows_of_another_split_of_the_same_key_and_code_are_taken_for_this_calls_instances(tmp_path):
+    import gzip
+    import json
+
+    def rows(name, **rec):
+        rec["rows"] = [{"instance": n, "condition": "skills", "status": "PASSED"} for n in ("a", "b", "c")]
+        (tmp_path / name).write_bytes(gzip.compress(json.dumps(rec).encode()))
+    rows("heldout_h100_call1_reduction-1of2.rows.json.gz", run_id="s1", run_key="k", code="c1")
+    rows("heldout_h100_call0.rows.json.gz", run_id="s0", code="c1")  # written before run_key: its run only
+    got = heldout_h200.seeded_rows([tmp_path], "whole", "c1", "k", {"a", "c", "z"})
+    assert sorted(r["instance"] for r in got) == ["a", "c"]
+    assert heldout_h200.seeded_rows([tmp_path], "whole", "c1", "other", {"a"}) == []
+    assert heldout_h200.seeded_rows([tmp_path], "whole", "c2", "k", {"a"}) == []  # other code: searched again
+    assert len(heldout_h200.seeded_rows([tmp_path], "s0", "c1", "other", None)) == 3
+
+
+def test_a_run_key_is_the_run_id_without_the_instances():
+    cfg = HeldoutConfig()
+    lib = [{"skill_id": "x"}, {"skill_id": "y"}]
+    assert heldout_h200.run_key(cfg, lib) == heldout_h200.run_key(cfg, list(reversed(lib)))
+    assert heldout_h200.run_key(cfg, lib) != heldout_h200.run_key(HeldoutConfig(budget=cfg.budget + 1), lib)
+    assert heldout_h200.run_key(cfg, lib) != heldout_h200.run_key(cfg, lib[:1])
+
+
+def test_the_shards_of_a_family_cover_its_instances_once():
+    from types import SimpleNamespace
+    insts = [SimpleNamespace(name=n) for n in ("e", "a", "d", "c", "b")]
+    parts = [heldout_h200.shard(insts, f"{k}/2") for k in (1, 2)]
+    assert [[i.name for i in p] for p in parts] == [["a", "c", "e"], ["b", "d"]]
+    assert heldout_h200.shard(insts, None) is insts
+    for bad in ("3/2", "x", "1/0"):
+        with pytest.raises(SystemExit, match="--shard"):
+            heldout_h200.shard(insts, bad)
+
+
 def test_a_call_refuses_records_of_another_gpu(tmp_path, monkeypatch):
     import gzip
     import json
@@ -326,9 +361,11 @@ def test_a_folder_the_split_call_unpacked_is_not_unpacked_again(tmp_path, monkey
 def test_the_wall_table_counts_a_split_calls_processes_as_one_call(tmp_path):
     import json
     for tag, fams, wall in (("call1", {"gemm": 470.0}, 478.0), ("call3_attention", {"attention": 400.0}, 410.0),
-                            ("call3_reduction", {"reduction": 300.0}, 305.0)):
+                            ("call3_reduction-1of2", {"reduction": 300.0}, 305.0),
+                            ("call3_reduction-2of2", {"reduction": 350.0}, 355.0),
+                            ("call4_reduction", {"reduction": 100.0}, 110.0)):
         (tmp_path / f"heldout_h100_{tag}.json").write_text(json.dumps({"tag": tag, "family_wall_s": fams,
                                                                        "wall_s": wall}))
     table = heldout_h200.wall_table(tmp_path)
-    assert "| attention | 400 s |" in table and "| reduction | 300 s |" in table
-    assert "| all (2 calls, start-up and export included) | 888 s |" in table
+    assert "| attention | 400 s |" in table and "| reduction | 450 s |" in table  # the shards ran at once
+    assert "| all (3 calls, start-up and export included) | 998 s |" in table
