@@ -309,17 +309,17 @@ def read_plan(paths, names: list[str]) -> list[tuple[str, tuple[str, ...]]] | No
 
 def run_key(cfg, library: list[dict]) -> str:
     """What a row's search depends on besides its instance and the code: the configuration and the
-    library (klineage.heldout.run.run_id_for without the instance list; each instance is searched on
-    its own, its random draws seeded by its name). Rows of one key and code are valid for any split of
-    the instances over processes and calls."""
-    import hashlib
-    blob = json.dumps({"config": cfg.to_dict(), "library": sorted(s["skill_id"] for s in library)}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    library (the run id of no instances; each instance is searched on its own, its random draws
+    seeded by its name). Rows of one key and code, of instances of the same identity, are valid for
+    any split of the instances over processes and calls."""
+    from klineage.heldout.run import run_id_for
+    return run_id_for([], cfg, library)
 
 
-def seeded_rows(paths, run_id: str, code: str, key: str | None = None, names=None) -> list[dict]:
+def seeded_rows(paths, run_id: str, code: str, key: str | None = None, identities: dict | None = None) -> list[dict]:
     """The decided rows (PASSED or FAILED) that code `code` decided in run `run_id`, or in any run of
-    run key `key` (another split of the instances), of the instances `names` (all when None), from
+    run key `key` (another split of the instances) where the row's instance had the identity
+    `identities` gives it (name -> Instance.identity(): its workload file and start kernels), from
     the *.rows.json.gz files among `paths` (files or folders); later files win."""
     import gzip
     rows = {}
@@ -328,11 +328,17 @@ def seeded_rows(paths, run_id: str, code: str, key: str | None = None, names=Non
         for f in files:
             with gzip.open(f, "rt") as fh:
                 rec = json.load(fh)
-            same_run = rec.get("run_id") == run_id or (key is not None and rec.get("run_key") == key)
-            if not same_run or rec.get("code") != code:
+            if rec.get("code") != code:
+                continue
+            if rec.get("run_id") == run_id:
+                take = lambda r: True  # noqa: E731  the run id names every instance's identity
+            elif key is not None and identities is not None and rec.get("run_key") == key:
+                seen = rec.get("identities") or {}
+                take = lambda r: r["instance"] in identities and seen.get(r["instance"]) == identities[r["instance"]]  # noqa: E731
+            else:
                 continue
             for r in rec["rows"]:
-                if r["status"] in ("PASSED", "FAILED") and (names is None or r["instance"] in names):
+                if r["status"] in ("PASSED", "FAILED") and take(r):
                     rows[(r["instance"], r["condition"])] = r
     return list(rows.values())
 
@@ -575,7 +581,8 @@ def main() -> int:
     code = code_hash()
     run_id = run_id_for(instances, hp.config, store.skills())
     key = run_key(hp.config, store.skills())
-    rows_in = seeded_rows(ns.seed_recorded, run_id, code, key, {i.name for i in instances})
+    identities = {i.name: i.identity() for i in instances}
+    rows_in = seeded_rows(ns.seed_recorded, run_id, code, key, identities)
     if rows_in:  # decided by an earlier call of this run with this code: not searched again
         store.put_heldout_run({"run_id": run_id, "root": str(hp.root), "config": hp.config.to_dict(), "status": "running"})
         for r in rows_in:
@@ -674,7 +681,8 @@ def main() -> int:
         rows_out = [r for r in store.heldout_results(run_id) if r["status"] in ("PASSED", "FAILED")]
         import gzip
         with gzip.open(ns.out / f"{prefix}_{tag}{ROWS_SUFFIX}", "wt") as fh:
-            json.dump({"run_id": run_id, "run_key": key, "code": code, "rows": rows_out}, fh, sort_keys=True)
+            json.dump({"run_id": run_id, "run_key": key, "identities": identities, "code": code, "rows": rows_out}, fh,
+                      sort_keys=True)
         store.close()
     fam_of = {i.name: i.family for i in instances}
     by_family: dict[str, float] = {}

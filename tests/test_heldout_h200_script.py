@@ -270,13 +270,17 @@ def test_rows_of_another_split_of_the_same_key_and_code_are_taken_for_this_calls
     def rows(name, **rec):
         rec["rows"] = [{"instance": n, "condition": "skills", "status": "PASSED"} for n in ("a", "b", "c")]
         (tmp_path / name).write_bytes(gzip.compress(json.dumps(rec).encode()))
-    rows("heldout_h100_call1_reduction-1of2.rows.json.gz", run_id="s1", run_key="k", code="c1")
+    ids = {"a": {"workload": "wa"}, "b": {"workload": "wb"}, "c": {"workload": "wc"}}
+    rows("heldout_h100_call1_reduction-1of2.rows.json.gz", run_id="s1", run_key="k", code="c1", identities=ids)
     rows("heldout_h100_call0.rows.json.gz", run_id="s0", code="c1")  # written before run_key: its run only
-    got = heldout_h200.seeded_rows([tmp_path], "whole", "c1", "k", {"a", "c", "z"})
+    here = {"a": {"workload": "wa"}, "c": {"workload": "wc"}, "z": {"workload": "wz"}}
+    got = heldout_h200.seeded_rows([tmp_path], "whole", "c1", "k", here)
     assert sorted(r["instance"] for r in got) == ["a", "c"]
-    assert heldout_h200.seeded_rows([tmp_path], "whole", "c1", "other", {"a"}) == []
-    assert heldout_h200.seeded_rows([tmp_path], "whole", "c2", "k", {"a"}) == []  # other code: searched again
-    assert len(heldout_h200.seeded_rows([tmp_path], "s0", "c1", "other", None)) == 3
+    changed = {**here, "c": {"workload": "wc2"}}  # c's workload file changed since: searched again
+    assert [r["instance"] for r in heldout_h200.seeded_rows([tmp_path], "whole", "c1", "k", changed)] == ["a"]
+    assert heldout_h200.seeded_rows([tmp_path], "whole", "c1", "other", here) == []
+    assert heldout_h200.seeded_rows([tmp_path], "whole", "c2", "k", here) == []  # other code: searched again
+    assert len(heldout_h200.seeded_rows([tmp_path], "s0", "c1", "other", here)) == 3
 
 
 def test_a_run_key_is_the_run_id_without_the_instances():
