@@ -17,10 +17,10 @@ reason, the skills kept, every step, and per benchmark shape the naive start's, 
 the PyTorch reference's latency (the workload's `vendor`, timed by the gate alternately with the
 kernel in the same trials), the speedup over the start (the run's paired comparison) and over PyTorch
 (the best kernel's evaluation). Writes DIR/apply_naive_<card>.json (<card> from the GPU the
-evaluations name: h100, h200, ...; benchmarks/record_names.py) and DIR/runs.tar.gz (runs/<name>/: best.cu,
-trajectory.json, the command's log; evals/<name>.jsonl.gz: each workload's evaluations, what a CPU
-`--replay` of a run reads), and prints the record's table (what --table prints). --dry-run runs `klineage apply --dry-run` instead (no GPU: each kernel's plan) and
-writes DIR/apply_naive_plan.json.
+evaluations name: h100, h200, ...; benchmarks/record_names.py) and DIR/runs.tar.gz (runs/<name>/:
+best.cu, trajectory.json, the command's log; evals/<name>.jsonl.gz: each workload's evaluations, what
+a CPU `--replay` of a run reads), and prints the record's table (what --table prints). --dry-run runs
+`klineage apply --dry-run` instead (no GPU: each kernel's plan) and writes DIR/apply_naive_plan.json.
 """
 from __future__ import annotations
 

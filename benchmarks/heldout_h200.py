@@ -328,17 +328,14 @@ def seeded_rows(paths, run_id: str, code: str, key: str | None = None, identitie
         for f in files:
             with gzip.open(f, "rt") as fh:
                 rec = json.load(fh)
-            if rec.get("code") != code:
+            same_run = rec.get("run_id") == run_id  # the run id names every instance's identity
+            if rec.get("code") != code or not (same_run or (key is not None and rec.get("run_key") == key)):
                 continue
-            if rec.get("run_id") == run_id:
-                take = lambda r: True  # noqa: E731  the run id names every instance's identity
-            elif key is not None and identities is not None and rec.get("run_key") == key:
-                seen = rec.get("identities") or {}
-                take = lambda r: r["instance"] in identities and seen.get(r["instance"]) == identities[r["instance"]]  # noqa: E731
-            else:
-                continue
+            seen = rec.get("identities") or {}
             for r in rec["rows"]:
-                if r["status"] in ("PASSED", "FAILED") and take(r):
+                name = r["instance"]
+                same_instance = same_run or (name in (identities or {}) and seen.get(name) == identities[name])
+                if r["status"] in ("PASSED", "FAILED") and same_instance:
                     rows[(r["instance"], r["condition"])] = r
     return list(rows.values())
 
@@ -579,8 +576,9 @@ def main() -> int:
                     | {fallback_hash(i.workload.content_hash) for i in instances if i.has_fallback})
     from klineage.heldout.run import run_id_for
     code = code_hash()
-    run_id = run_id_for(instances, hp.config, store.skills())
-    key = run_key(hp.config, store.skills())
+    lib = store.skills()
+    run_id = run_id_for(instances, hp.config, lib)
+    key = run_key(hp.config, lib)
     identities = {i.name: i.identity() for i in instances}
     rows_in = seeded_rows(ns.seed_recorded, run_id, code, key, identities)
     if rows_in:  # decided by an earlier call of this run with this code: not searched again
@@ -597,7 +595,6 @@ def main() -> int:
     background = None
     structural_build = None
     if ns.prebuild:
-        lib = store.skills()
         planned = read_plan(hp.records + list(ns.seed_recorded), [i.name for i in todo])
         if planned is not None:
             background = BackgroundBuild(planned, ns.build_jobs)

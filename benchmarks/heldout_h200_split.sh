@@ -8,13 +8,14 @@
 # Each family F runs `benchmarks/heldout_h200.py --prebuild --families F --tag TAG_F` with a database and
 # an output folder of its own and an equal share of the cores heldout_h200.py gives its background
 # builds; F/N runs N processes, `--shard K/N` (every N-th instance by name, tag TAG_F-KofN), for the
-# family whose instances take longest. The processes share the GPU's lock (KLINEAGE_GPU_LOCK, klineage.gate.worker.GpuLock: a gate
-# worker times only while no other process's kernel is on the card; correctness calls may overlap)
-# and FlagGems' cache folder (the seeded tuned configurations unpacked once before them, packed once
-# after them). A later call takes the rows these decided whichever way it is split (heldout_h200.py
-# run_key: the configuration and library; the code too). Writes $OUT/h/TAG.tar.gz (every family's files as heldout_h200_call.sh writes
-# them, their logs, environment.json and the reference's tuned configurations) and
-# $OUT/h/<prefix>_TAG.log (each family's exit status, then each log's tail). Afterwards:
+# family whose instances take longest. The processes share the GPU's lock (KLINEAGE_GPU_LOCK,
+# klineage.gate.worker.GpuLock: a gate worker times only while no other process's kernel is on the
+# card; correctness calls may overlap) and FlagGems' cache folder (the seeded tuned configurations
+# unpacked once before them, packed once after them). A later call takes the rows these decided
+# whichever way it is split (heldout_h200.py run_key: the configuration and library; the code too).
+# Writes $OUT/h/TAG.tar.gz (every family's files as heldout_h200_call.sh writes them, their logs,
+# environment.json and the reference's tuned configurations) and $OUT/h/<prefix>_TAG.log (each
+# family's exit status, then each log's tail). Afterwards:
 #   tar -xzf $FILES/h/TAG.tar.gz -C benchmarks/results/heldout_structural_h100
 # Exit status: 1 when a family failed, else 3 when a time limit cut one, else 0.
 set -u
@@ -51,26 +52,24 @@ if "--seed-recorded" in args:
         seeds.append(a)
 load_reference_cache(seeds)
 EOF
-# one process per entry of list: "FAMILY" or "FAMILY K/N"
-list=()
+# one process per name: FAMILY, or FAMILY-KofN for part K of N of a family
+names=() fam=() part=()
 IFS=, read -ra entries <<< "$fams"
 for e in "${entries[@]}"; do
   case $e in
     */*) f=${e%/*} n=${e#*/}
          [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "heldout_h200_split.sh: $e: write FAMILY/N with N a count" >&2; exit 2; }
-         for k in $(seq 1 "$n"); do list+=("$f $k/$n"); done ;;
-    *) list+=("$e") ;;
+         for k in $(seq 1 "$n"); do names+=("$f-${k}of$n"); fam+=("$f"); part+=("$k/$n"); done ;;
+    *) names+=("$e"); fam+=("$e"); part+=("") ;;
   esac
 done
-jobs=$(( ($(nproc) - 4) / ${#list[@]} )); [ "$jobs" -lt 1 ] && jobs=1
-pids=() names=()
-for e in "${list[@]}"; do
-  read -r f part <<< "$e"
-  name=$f shard=()
-  if [ -n "${part:-}" ]; then name="$f-${part/\//of}"; shard=(--shard "$part"); fi
-  names+=("$name")
+jobs=$(( ($(nproc) - 4) / ${#names[@]} )); [ "$jobs" -lt 1 ] && jobs=1
+pids=()
+for i in "${!names[@]}"; do
+  name=${names[$i]} shard=()
+  [ -n "${part[$i]}" ] && shard=(--shard "${part[$i]}")
   mkdir -p "$work/out_$name"
-  python3 benchmarks/heldout_h200.py --prebuild --out "$work/out_$name" --tag "${tag}_$name" --families "$f" \
+  python3 benchmarks/heldout_h200.py --prebuild --out "$work/out_$name" --tag "${tag}_$name" --families "${fam[$i]}" \
     "${shard[@]}" --db "$work/$name.duckdb" --build-jobs "$jobs" "$@" > "$work/out_$name/${prefix}_${tag}_$name.log" 2>&1 &
   pids+=($!)
 done
