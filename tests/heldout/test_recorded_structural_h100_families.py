@@ -1,9 +1,9 @@
 """The held-out check with structural rewrites and every control (pipelines/heldout_structural.toml)
-as far as it has run on an NVIDIA H100 (benchmarks/results/heldout_structural_h100/): each complete
+as run on an NVIDIA H100 (benchmarks/results/heldout_structural_h100/), family by family: each
 family, every instance under idiom, skills, control-random, control-foreign and control-structural,
-replays on this machine, from another folder, to its report_FAMILY/ byte for byte. The calls that
-measure the rest seed from these records, so code that would decide these rows otherwise fails here
-first. The complete record's check is tests/heldout/check_recorded_structural_h100.py."""
+replays on this machine, from another folder, to its report_FAMILY/ byte for byte, and the verdicts
+docs/heldout.md and the README state are the records'. The whole record's check (all 22 instances in
+one report, the documentation's tables) is tests/heldout/test_recorded_structural_h100.py."""
 from __future__ import annotations
 
 import gzip
@@ -17,7 +17,7 @@ from tests.heldout.support import ROOT, klineage_cli
 H100 = ROOT / "benchmarks" / "results" / "heldout_structural_h100"
 PIPELINE = ROOT / "pipelines" / "heldout_structural.toml"
 CONDITIONS = {"idiom", "skills", "control-random", "control-foreign", "control-structural"}
-FAMILIES = {"gemm": 8, "attention": 6}  # complete in the record: family -> instances
+FAMILIES = {"gemm": 8, "attention": 6, "reduction": 8}  # family -> instances
 CALL_S = 540  # a device call of nine minutes
 
 
@@ -102,3 +102,44 @@ def test_the_attention_verdict_in_docs_and_readme_is_the_records():
     assert "every searching condition ends on the same kernel's speedup on each of the 6 instances" in part
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "on attention all four searching conditions end level" in readme
+
+
+def test_the_reduction_verdict_in_docs_and_readme_is_the_records():
+    """On the reductions skills ends on the idiom kernel's own row on every instance, its structural
+    arm from the naive kernel having left the idiom arm at most one candidate; no control ends below
+    it, and the ratio and the overall verdict the README states are the reports'."""
+    rep = json.loads((H100 / "report_reduction" / "heldout.json").read_text())
+    rows = rep["instances"]
+    assert len(rows) == 8
+    for i in rows:
+        c = i["conditions"]
+        assert c["skills"]["speedup"] == c["idiom"]["speedup"], i["instance"]
+        assert c["skills"]["kernel_hash"] == c["idiom"]["kernel_hash"], i["instance"]
+        assert all(c[k]["speedup"] >= c["skills"]["speedup"] for k in CONDITIONS), i["instance"]
+        structural, idiom = c["skills"]["arms"]
+        assert (structural["start"], idiom["start"]) == ("naive", "idiom") and idiom["evaluated"] <= 1
+    foreign = [[a["evaluated"] for a in i["conditions"]["control-foreign"]["arms"]] for i in rows]
+    assert foreign == [[5, 7]] * 8
+    random_idiom = max(i["conditions"]["control-random"]["arms"][-1]["evaluated"] for i in rows)
+    structural = [i["conditions"]["control-structural"]["arms"] for i in rows]
+    assert all(arms[-1]["start"] == "idiom" and arms[-1]["evaluated"] == 0 for arms in structural)
+    on_idiom = sum(arms[-1].get("chosen", False) for arms in structural)
+    above = {k: sum(i["conditions"][k]["speedup"] > i["conditions"]["skills"]["speedup"] for i in rows)
+             for k in ("control-random", "control-structural")}
+    part = " ".join(_doc_part("**The check with every control (H100).**", "**The first structural run").split())
+    assert "skills ends on the idiom kernel as it stands on each of the 8 instances" in part
+    assert f"(on {above['control-random']} and {above['control-structural']} instances)" in part
+    assert f"control-random's idiom arm gets up to {random_idiom} candidates" in part
+    assert f"gets none, and it ends on the idiom kernel on {on_idiom} instances" in part
+    txt = (H100 / "report_reduction" / "heldout.txt").read_text().splitlines()
+    ratio = next(ln for ln in txt if ln.startswith("reduction ") and "skills / control-structural" in ln)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "(skills / control-structural " + ratio.split("control-structural ")[1].split(" over")[0] + "," in readme
+    assert "ends on the idiom kernel on all 8 instances, below every control in geomean" in readme
+    whole = (H100 / "report" / "heldout.txt").read_text().splitlines()
+    overall = {ln.split("skills / ")[1].split()[0]: ln.split(": ")[-1] for ln in whole
+               if ln.startswith("overall ") and "skills / " in ln}
+    assert overall["control-random"] == overall["control-foreign"] == "faster beyond the timing noise"
+    assert overall["control-structural"] == "slower beyond the timing noise"
+    assert ("skills is faster than control-random and control-foreign and slower than control-structural, "
+            "each beyond the timing noise") in readme
