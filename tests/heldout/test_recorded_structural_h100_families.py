@@ -62,9 +62,21 @@ def test_every_call_ran_on_the_h100_with_one_library_and_one_code_in_nine_minute
     assert len(codes) == 1  # no call took rows another code decided
 
 
-def _doc_part(start: str, end: str) -> str:
+def _section() -> str:
+    """docs/heldout.md's paragraphs on this record, as written (line breaks kept)."""
     doc = (ROOT / "docs" / "heldout.md").read_text()
-    return doc[doc.index(start):doc.index(end)]
+    return doc[doc.index("**The check with every control (H100).**"):doc.index("**The first structural run")]
+
+
+def _readme() -> str:
+    return " ".join((ROOT / "README.md").read_text().split())
+
+
+def _readme_states_the_ratio(family: str) -> bool:
+    """The README quotes report_FAMILY's skills / control-structural ratio and interval as they are."""
+    txt = (H100 / f"report_{family}" / "heldout.txt").read_text().splitlines()
+    ratio = next(ln for ln in txt if ln.startswith(f"{family} ") and "skills / control-structural" in ln)
+    return "(skills / control-structural " + ratio.split("control-structural ")[1].split(" over")[0] + "," in _readme()
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -72,23 +84,20 @@ def test_docs_quote_the_report(family):
     """The lines docs/heldout.md quotes after "From `report_FAMILY/heldout.txt`:" are that report's,
     as it is."""
     txt = {ln.rstrip() for ln in (H100 / f"report_{family}" / "heldout.txt").read_text().splitlines()}
-    part = _doc_part("**The check with every control (H100).**", "**The first structural run")
+    part = _section()
     block = part.split(f"From `report_{family}/heldout.txt`:", 1)[1].split("From `report_", 1)[0]
     quoted = [ln[4:] for ln in block.splitlines() if ln.startswith("    ")]
     assert len(quoted) >= 4 and all(q in txt for q in quoted), [q for q in quoted if q not in txt]
 
 
 def test_the_gemm_verdict_in_docs_and_readme_is_the_records():
-    txt = (H100 / "report_gemm" / "heldout.txt").read_text().splitlines()
-    part = _doc_part("**The check with every control (H100).**", "**The first structural run")
+    part = _section()
     rows = json.loads((H100 / "report_gemm" / "heldout.json").read_text())["instances"]
     faster = [i["instance"] for i in rows
               if i["conditions"]["control-structural"]["speedup"] > i["conditions"]["skills"]["speedup"]]
     assert "faster than skills\non each of the 8 instances" in part and len(faster) == 8
-    ratio = next(ln for ln in txt if ln.startswith("gemm ") and "skills / control-structural" in ln)
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "(skills / control-structural " + ratio.split("control-structural ")[1].split(" over")[0] + "," in readme
-    assert "ends faster than skills on all 8 instances" in readme
+    assert _readme_states_the_ratio("gemm")
+    assert "ends faster than skills on all 8 instances" in _readme()
 
 
 def test_the_attention_verdict_in_docs_and_readme_is_the_records():
@@ -98,10 +107,9 @@ def test_the_attention_verdict_in_docs_and_readme_is_the_records():
     searching = CONDITIONS - {"idiom"}
     same = [i["instance"] for i in rows if len({i["conditions"][c]["speedup"] for c in searching}) == 1]
     assert len(same) == 6
-    part = " ".join(_doc_part("**The check with every control (H100).**", "**The first structural run").split())
+    part = " ".join(_section().split())
     assert "every searching condition ends on the same kernel's speedup on each of the 6 instances" in part
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "on attention all four searching conditions end level" in readme
+    assert "on attention all four searching conditions end level" in _readme()
 
 
 def test_the_reduction_verdict_in_docs_and_readme_is_the_records():
@@ -126,15 +134,13 @@ def test_the_reduction_verdict_in_docs_and_readme_is_the_records():
     on_idiom = sum(arms[-1].get("chosen", False) for arms in structural)
     above = {k: sum(i["conditions"][k]["speedup"] > i["conditions"]["skills"]["speedup"] for i in rows)
              for k in ("control-random", "control-structural")}
-    part = " ".join(_doc_part("**The check with every control (H100).**", "**The first structural run").split())
+    part = " ".join(_section().split())
     assert "skills ends on the idiom kernel as it stands on each of the 8 instances" in part
     assert f"(on {above['control-random']} and {above['control-structural']} instances)" in part
     assert f"control-random's idiom arm gets up to {random_idiom} candidates" in part
     assert f"gets none, and it ends on the idiom kernel on {on_idiom} instances" in part
-    txt = (H100 / "report_reduction" / "heldout.txt").read_text().splitlines()
-    ratio = next(ln for ln in txt if ln.startswith("reduction ") and "skills / control-structural" in ln)
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "(skills / control-structural " + ratio.split("control-structural ")[1].split(" over")[0] + "," in readme
+    assert _readme_states_the_ratio("reduction")
+    readme = _readme()
     assert "ends on the idiom kernel on all 8 instances, below every control in geomean" in readme
     whole = (H100 / "report" / "heldout.txt").read_text().splitlines()
     overall = {ln.split("skills / ")[1].split()[0]: ln.split(": ")[-1] for ln in whole
